@@ -1,0 +1,3 @@
+from wlock.cli import main
+
+main()

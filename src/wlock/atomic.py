@@ -1,0 +1,33 @@
+"""Atomic file writes: a temp file unique to this process beside the target, then `os.replace`.
+
+A reader (or a crash) never sees half a file, on local disks and on network filesystems alike,
+because rename within one directory is atomic on every POSIX filesystem we care about.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+
+def temp_path_for(target: Path) -> Path:
+    """A sibling of `target` no other process or thread will pick."""
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def write_bytes_atomic(target: Path, data: bytes) -> None:
+    tmp = temp_path_for(target)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(target: Path, text: str) -> None:
+    write_bytes_atomic(target, text.encode("utf-8"))

@@ -1,0 +1,120 @@
+"""Every failure a user can cause, each with the exit code of the command-line contract.
+
+Only the CLI's ``main`` catches these; library callers get the typed exception with its fields.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    CHECK_FAILED = 1
+    USAGE = 2
+    LOCK_STALE = 3
+    INVALID_FILE = 4
+    HUB = 5
+    LOCAL = 6
+
+
+class WlockError(Exception):
+    """Root of every expected failure: a message, a hint on what to do next, an exit code."""
+
+    exit_code: ExitCode = ExitCode.CHECK_FAILED
+    label: str = "error"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(WlockError):
+    exit_code = ExitCode.USAGE
+    label = "usage"
+
+
+class LockStaleError(WlockError):
+    """The lock does not describe the manifest any more."""
+
+    exit_code = ExitCode.LOCK_STALE
+    label = "stale lock"
+
+
+class InvalidFileError(WlockError):
+    """A manifest or lock that cannot be used, located by file, line and key."""
+
+    exit_code = ExitCode.INVALID_FILE
+    label = "invalid file"
+
+    def __init__(
+        self,
+        path: str,
+        problem: str,
+        *,
+        line: int | None = None,
+        key: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        where = path if line is None else f"{path}:{line}"
+        what = f"{where}: {problem}" if key is None else f"{where}: `{key}`: {problem}"
+        super().__init__(what, hint=hint)
+        self.path = path
+        self.line = line
+        self.key = key
+        self.problem = problem
+
+
+class HubError(WlockError):
+    """The Hub could not serve a request."""
+
+    exit_code = ExitCode.HUB
+    label = "hub"
+
+    def __init__(self, message: str, *, repo: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.repo = repo
+
+
+class RepoNotFoundError(HubError):
+    pass
+
+
+class RevisionNotFoundError(HubError):
+    pass
+
+
+class GatedRepoError(HubError):
+    pass
+
+
+class RateLimitedError(HubError):
+    pass
+
+
+class HubUnreachableError(HubError):
+    pass
+
+
+class UnsafePathError(HubError):
+    """The Hub listed a file path that would escape the snapshot folder."""
+
+    def __init__(self, repo: str, path: str) -> None:
+        super().__init__(
+            f"{repo}: the Hub listed an unsafe file path {path!r}"
+            " (absolute, `..`, backslash or NUL); refusing to lock it",
+            repo=repo,
+            hint="Check the endpoint you are talking to; a real Hub never lists such a path.",
+        )
+        self.path = path
+
+
+class LocalError(WlockError):
+    """This machine cannot do it: space, permissions, a read-only cache."""
+
+    exit_code = ExitCode.LOCAL
+    label = "local"

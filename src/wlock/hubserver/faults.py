@@ -1,0 +1,88 @@
+"""Fault injection for the emulator, set by tests over `POST /_emulator/faults`.
+
+    {"latency_ms": 50,                       # added before every request on both listeners
+     "tree_page_size": 100,                  # smaller pages to exercise Link pagination
+     "rules": [{"match": "/resolve/", "method": "GET", "listener": "hub", "times": 2,
+                "action": "status", "status": 429, "retry_after": 1}]}
+
+Actions: `status` (with `status`, optional `error_code`, `retry_after`), `truncate` (send
+`bytes` of the body, then drop the connection), `corrupt` (flip one byte of the body),
+`drop` (close the connection without answering), `delay` (`delay_ms`), and
+`inject_file` (add `name` to every file listing of the matched repo: a malicious listing).
+A rule with `times` fires that many times, then stops; without it, it fires forever.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+ACTIONS = frozenset({"status", "truncate", "corrupt", "drop", "delay", "inject_file"})
+
+
+@dataclass
+class Rule:
+    action: str
+    match: re.Pattern[str]
+    method: str | None = None
+    listener: str | None = None
+    times: int | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Rule:
+        action = raw["action"]
+        if action not in ACTIONS:
+            raise ValueError(f"unknown fault action {action!r}")
+        known = {"action", "match", "method", "listener", "times"}
+        return cls(
+            action=action,
+            match=re.compile(raw.get("match", "")),
+            method=raw.get("method"),
+            listener=raw.get("listener"),
+            times=raw.get("times"),
+            params={k: v for k, v in raw.items() if k not in known},
+        )
+
+
+class Faults:
+    """The fault configuration, shared by all request threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.latency_ms = 0.0
+        self.tree_page_size = 1000
+        self._rules: list[Rule] = []
+
+    def configure(self, raw: dict[str, Any]) -> None:
+        rules = [Rule.from_json(r) for r in raw.get("rules", [])]
+        with self._lock:
+            self.latency_ms = float(raw.get("latency_ms", 0))
+            self.tree_page_size = int(raw.get("tree_page_size", 1000))
+            self._rules = rules
+
+    def take(self, listener: str, method: str, path: str, actions: frozenset[str]) -> Rule | None:
+        """The first live rule among `actions` matching this request; counts one firing."""
+        with self._lock:
+            for rule in self._rules:
+                if rule.action not in actions or rule.times == 0:
+                    continue
+                if rule.listener and rule.listener != listener:
+                    continue
+                if rule.method and rule.method != method:
+                    continue
+                if not rule.match.search(path):
+                    continue
+                if rule.times is not None:
+                    rule.times -= 1
+                return rule
+        return None
+
+    def injected_files(self, path: str) -> list[str]:
+        with self._lock:
+            return [
+                str(r.params["name"]) for r in self._rules
+                if r.action == "inject_file" and r.match.search(path)
+            ]

@@ -1,0 +1,589 @@
+"""The emulator's two HTTP listeners: the Hub itself, and a "CDN" on another origin.
+
+Protocol shapes follow the live Hub (recorded in ../shared/hub-recordings/) and what
+huggingface_hub 2.x expects of it:
+- a regular file's /resolve answers a same-host 307 to /api/resolve-cache/..., whose 200
+  carries ETag (the git oid), Content-Length and X-Repo-Commit;
+- an LFS file's /resolve answers a 302 to the CDN, carrying X-Repo-Commit, X-Linked-Etag (the
+  sha256) and X-Linked-Size; Content-Length there is the redirect body's;
+- every error carries X-Error-Code (huggingface_hub cannot tell a bare 401 on http:// apart);
+- no Xet header and no `xetHash` is ever sent, or the client would skip plain HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
+
+from wlock.hubserver.faults import Faults
+from wlock.hubserver.store import Commit, Repo, RepoStore, StoredFile
+
+_API_VERBS = frozenset({"revision", "tree", "refs", "paths-info"})
+_BODY_ACTIONS = frozenset({"truncate", "corrupt"})
+_EARLY_ACTIONS = frozenset({"status", "drop", "delay"})
+
+
+class Stats:
+    """What each listener saw, for tests that count requests or look for a leaked token."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests = {"hub": 0, "cdn": 0}
+        self.authorized = {"hub": 0, "cdn": 0}
+        self.log: deque[dict[str, Any]] = deque(maxlen=5000)
+
+    def record(self, listener: str, method: str, path: str, authorized: bool) -> None:
+        with self._lock:
+            self.requests[listener] += 1
+            self.authorized[listener] += int(authorized)
+            self.log.append(
+                {"listener": listener, "method": method, "path": path, "auth": authorized}
+            )
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "requests": dict(self.requests),
+                "authorized": dict(self.authorized),
+                "log": list(self.log),
+            }
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests = {"hub": 0, "cdn": 0}
+            self.authorized = {"hub": 0, "cdn": 0}
+            self.log.clear()
+
+
+class _Listener(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    # hf_transfer opens many connections at once; the default backlog of 5 drops SYNs and
+    # turns into one-second client retransmits.
+    request_queue_size = 256
+
+    def __init__(self, address: tuple[str, int], app: HubServer, name: str) -> None:
+        super().__init__(address, _Handler)
+        self.app = app
+        self.name = name
+
+
+class HubServer:
+    """Both listeners over one store; `serve_forever()` blocks."""
+
+    def __init__(
+        self, store: RepoStore, *, host: str = "127.0.0.1", port: int = 0, cdn_port: int = 0,
+        verbose: bool = False,
+    ) -> None:
+        self.store = store
+        self.faults = Faults()
+        self.stats = Stats()
+        self.verbose = verbose
+        self.hub = _Listener((host, port), self, "hub")
+        self.cdn = _Listener((host, cdn_port), self, "cdn")
+
+    @property
+    def endpoint(self) -> str:
+        host, port = self.hub.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    @property
+    def cdn_url(self) -> str:
+        host, port = self.cdn.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def serve_forever(self) -> None:
+        threading.Thread(target=self.cdn.serve_forever, daemon=True).start()
+        self.hub.serve_forever()
+
+    def shutdown(self) -> None:
+        self.cdn.shutdown()
+        self.hub.shutdown()
+
+
+class _HttpError(Exception):
+    def __init__(
+        self, status: int, code: str | None, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.headers = headers or {}
+
+
+def _dir_oid(commit: str, path: str) -> str:
+    return hashlib.sha1(f"tree {commit} {path}".encode(), usedforsecurity=False).hexdigest()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Listener
+    server_version = "wlock-hub-emulator"
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
+        if self.server.app.verbose:
+            super().log_message(format, *args)
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_HEAD(self) -> None:
+        self._dispatch("HEAD")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def _token(self) -> str | None:
+        auth = self.headers.get("Authorization", "")
+        return auth[7:].strip() if auth.lower().startswith("bearer ") else None
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _dispatch(self, method: str) -> None:
+        app = self.server.app
+        listener = self.server.name
+        url = urlsplit(self.path)
+        body = self._body() if method == "POST" else b""
+        try:
+            if listener == "hub" and url.path.startswith("/_emulator/"):
+                self._control(method, url.path, body)
+                return
+            app.stats.record(listener, method, self.path, "Authorization" in self.headers)
+            if app.faults.latency_ms:
+                time.sleep(app.faults.latency_ms / 1000)
+            rule = app.faults.take(listener, method, url.path, _EARLY_ACTIONS)
+            if rule and rule.action == "delay":
+                time.sleep(float(rule.params.get("delay_ms", 0)) / 1000)
+            elif rule and rule.action == "drop":
+                self.close_connection = True
+                return
+            elif rule and rule.action == "status":
+                headers = {}
+                if "retry_after" in rule.params:
+                    headers["Retry-After"] = str(rule.params["retry_after"])
+                raise _HttpError(
+                    int(rule.params.get("status", 500)), rule.params.get("error_code"),
+                    str(rule.params.get("message", "Injected fault")), headers,
+                )
+            if listener == "cdn":
+                self._cdn(method, url.path)
+            else:
+                self._hub(method, url.path, parse_qs(url.query), body)
+        except _HttpError as e:
+            self._send_error(e)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _send(
+        self, status: int, body: bytes, headers: dict[str, str], content_type: str
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _send_json(self, data: Any, headers: dict[str, str] | None = None) -> None:
+        body = json.dumps(data).encode()
+        self._send(200, body, headers or {}, "application/json; charset=utf-8")
+
+    def _send_error(self, e: _HttpError) -> None:
+        headers = dict(e.headers)
+        if e.code:
+            headers["X-Error-Code"] = e.code
+        headers["X-Error-Message"] = e.message
+        body = json.dumps({"error": e.message}).encode()
+        self._send(e.status, body, headers, "application/json; charset=utf-8")
+
+    def _redirect(self, status: int, location: str, headers: dict[str, str]) -> None:
+        reason = "Temporary Redirect" if status == 307 else "Found"
+        body = f"{reason}. Redirecting to {location}".encode()
+        self._send(status, body, {"Location": location, **headers}, "text/plain; charset=utf-8")
+
+    def _send_file(self, path: Path, size: int, headers: dict[str, str]) -> None:
+        """Serve bytes with Range support, through sendfile: the emulator is never the limit."""
+        start, end, status = 0, size - 1, 200
+        range_header = self.headers.get("Range")
+        if range_header:
+            start, end = self._parse_range(range_header, size)
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+        length = max(0, end - start + 1)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(length))
+        self.send_header("Accept-Ranges", "bytes")
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command == "HEAD" or length == 0:
+            return
+        rule = self.server.app.faults.take(
+            self.server.name, self.command, urlsplit(self.path).path, _BODY_ACTIONS
+        )
+        with open(path, "rb") as f:
+            if rule is None:
+                self.connection.sendfile(f, start, length)
+            elif rule.action == "truncate":
+                cut = min(length, int(rule.params.get("bytes", length // 2)))
+                self.connection.sendfile(f, start, cut)
+                self.close_connection = True
+            else:  # corrupt: same length, one byte flipped, so only a hash can tell
+                f.seek(start)
+                data = bytearray(f.read(length))
+                data[len(data) // 2] ^= 0xFF
+                self.wfile.write(bytes(data))
+
+    @staticmethod
+    def _parse_range(header: str, size: int) -> tuple[int, int]:
+        unit, _, spec = header.partition("=")
+        first, _, last = spec.split(",")[0].strip().partition("-")
+        try:
+            if unit.strip() != "bytes":
+                raise ValueError(unit)
+            if first == "":
+                start, end = max(0, size - int(last)), size - 1
+            else:
+                start = int(first)
+                end = min(int(last), size - 1) if last else size - 1
+        except ValueError:
+            start, end = size, size
+        if start >= size or start > end:
+            raise _HttpError(
+                416, None, "Range Not Satisfiable", {"Content-Range": f"bytes */{size}"}
+            )
+        return start, end
+
+    # -- control ---------------------------------------------------------------------------
+
+    def _control(self, method: str, path: str, body: bytes) -> None:
+        app = self.server.app
+        if path == "/_emulator/faults" and method == "POST":
+            try:
+                app.faults.configure(json.loads(body or b"{}"))
+            except (ValueError, KeyError, TypeError) as e:
+                raise _HttpError(400, None, f"bad fault configuration: {e}") from e
+            self._send_json({"ok": True})
+        elif path == "/_emulator/stats" and method == "GET":
+            self._send_json(app.stats.snapshot())
+        elif path == "/_emulator/stats/reset" and method == "POST":
+            app.stats.reset()
+            self._send_json({"ok": True})
+        else:
+            raise _HttpError(404, None, f"no control route {method} {path}")
+
+    # -- the Hub ---------------------------------------------------------------------------
+
+    def _hub(self, method: str, path: str, query: dict[str, list[str]], body: bytes) -> None:
+        raw = path.split("/")[1:]
+        segments = [unquote(s) for s in raw]
+        if segments[:1] == ["api"] and segments[1:2] in (["models"], ["datasets"]):
+            self._api(method, segments[1][:-1], segments[2:], raw[2:], query, body)
+        elif segments[:2] == ["api", "resolve-cache"] and len(segments) > 3:
+            self._resolve_cache(segments[2][:-1], segments[3:])
+        elif method in ("GET", "HEAD"):
+            kind, rest = ("dataset", segments[1:]) if segments[:1] == ["datasets"] else (
+                "model", segments
+            )
+            for i in (2, 1):
+                if len(rest) > i + 2 and rest[i] == "resolve":
+                    self._resolve(kind, "/".join(rest[:i]), rest[i + 1], "/".join(rest[i + 2:]))
+                    return
+            raise _HttpError(404, None, "Not Found")
+        else:
+            raise _HttpError(405, None, "Method Not Allowed")
+
+    def _split_id(self, kind: str, segments: list[str], verbs: frozenset[str]) -> int:
+        """How many leading segments form the repo id (`name` or `org/name`)."""
+        store = self.server.app.store
+        if len(segments) >= 2:
+            two = "/".join(segments[:2])
+            if store.get_repo(kind, two) or store.renamed(kind, two):
+                return 2
+            if segments[1] in verbs:
+                return 1
+            return 2
+        return 1
+
+    def _repo(self, kind: str, repo_id: str, rename_from: str | None = None) -> Repo:
+        store = self.server.app.store
+        repo = store.get_repo(kind, repo_id)
+        if repo is None:
+            target = store.renamed(kind, repo_id)
+            if target and rename_from is not None:
+                location = self.path.replace(quote(repo_id), quote(target), 1)
+                raise _Redirect(307, location)
+            raise _HttpError(
+                404, "RepoNotFound",
+                "Repository not found. If the repo is private, make sure you are authenticated.",
+            )
+        if repo.private and self._token() not in repo.granted:
+            raise _HttpError(
+                404, "RepoNotFound",
+                "Repository not found. If the repo is private, make sure you are authenticated.",
+            )
+        return repo
+
+    def _check_gate(self, repo: Repo) -> None:
+        if not repo.gated:
+            return
+        token = self._token()
+        what = f"Access to {repo.kind} {repo.id} is restricted"
+        if token is None:
+            raise _HttpError(
+                401, "GatedRepo", f"{what}. You must be authenticated to access it."
+            )
+        if token not in repo.granted:
+            raise _HttpError(
+                403, "GatedRepo",
+                f"{what} and you are not in the authorized list. Visit the repo to ask for access.",
+            )
+
+    def _commit(self, repo: Repo, revision: str) -> Commit:
+        commit = repo.resolve(revision)
+        if commit is None:
+            raise _HttpError(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+        return commit
+
+    def _api(
+        self, method: str, kind: str, segments: list[str], raw: list[str],
+        query: dict[str, list[str]], body: bytes,
+    ) -> None:
+        n = self._split_id(kind, segments, _API_VERBS)
+        repo_id, rest = "/".join(segments[:n]), segments[n:]
+        try:
+            repo = self._repo(kind, repo_id, rename_from=repo_id)
+        except _Redirect as r:
+            self._redirect(r.status, r.location, {})
+            return
+        verb = rest[0] if rest else None
+        if verb is None and method == "GET":
+            self._info(repo, self._commit(repo, "main"), query)
+        elif verb == "revision" and len(rest) >= 2 and method == "GET":
+            # A revision may hold a slash (refs/pr/1); the client sends it quoted.
+            self._info(repo, self._commit(repo, "/".join(rest[1:])), query)
+        elif verb == "tree" and len(rest) >= 2 and method == "GET":
+            self._tree(repo, self._commit(repo, rest[1]), "/".join(rest[2:]), query)
+        elif verb == "refs" and method == "GET":
+            self._refs(repo)
+        elif verb == "paths-info" and len(rest) >= 2 and method == "POST":
+            self._paths_info(repo, self._commit(repo, rest[1]), body)
+        else:
+            raise _HttpError(404, None, f"Not Found: {method} {self.path}")
+
+    def _files(self, repo: Repo, commit: Commit) -> dict[str, StoredFile]:
+        files = dict(commit.files)
+        for name in self.server.app.faults.injected_files(f"/{repo.kind}s/{repo.id}/"):
+            files[name] = StoredFile(
+                path=name, size=1, sha256=hashlib.sha256(b"x").hexdigest(),
+                blob_id=hashlib.sha1(b"blob 1\x00x", usedforsecurity=False).hexdigest(),
+                lfs=False,
+            )
+        return files
+
+    def _info(self, repo: Repo, commit: Commit, query: dict[str, list[str]]) -> None:
+        blobs = query.get("blobs", ["false"])[0].lower() == "true"
+        siblings = []
+        for path, f in sorted(self._files(repo, commit).items()):
+            sibling: dict[str, Any] = {"rfilename": path}
+            if blobs:
+                sibling["blobId"] = f.blob_id
+                sibling["size"] = f.size
+                if f.lfs:
+                    sibling["lfs"] = {
+                        "sha256": f.sha256, "size": f.size, "pointerSize": f.pointer_size
+                    }
+            siblings.append(sibling)
+        author = repo.id.split("/")[0] if "/" in repo.id else None
+        data: dict[str, Any] = {
+            "_id": hashlib.md5(repo.id.encode(), usedforsecurity=False).hexdigest()[:24],
+            "id": repo.id,
+            "author": author,
+            "sha": commit.sha,
+            "lastModified": commit.date,
+            "createdAt": repo.created,
+            "private": repo.private,
+            "gated": "manual" if repo.gated else False,
+            "disabled": False,
+            "downloads": 0,
+            "likes": 0,
+            "tags": [],
+            "siblings": siblings,
+            "usedStorage": sum(f.size for f in commit.files.values()),
+        }
+        if repo.kind == "model":
+            data["modelId"] = repo.id
+            data["spaces"] = []
+            data["config"] = {}
+        data.update(repo.extra)
+        self._send_json(data)
+
+    def _entry(
+        self, repo: Repo, commit: Commit, f: StoredFile, expand: bool
+    ) -> dict[str, Any]:
+        entry: dict[str, Any] = {"type": "file", "oid": f.blob_id, "size": f.size}
+        if f.lfs:
+            entry["lfs"] = {"oid": f.sha256, "size": f.size, "pointerSize": f.pointer_size}
+        entry["path"] = f.path
+        if expand:
+            entry["lastCommit"] = {"id": commit.sha, "title": commit.message, "date": commit.date}
+        return entry
+
+    def _dir_entry(self, commit: Commit, path: str, expand: bool) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "type": "directory", "oid": _dir_oid(commit.sha, path), "size": 0, "path": path
+        }
+        if expand:
+            entry["lastCommit"] = {"id": commit.sha, "title": commit.message, "date": commit.date}
+        return entry
+
+    def _listing(self, repo: Repo, commit: Commit) -> tuple[dict[str, StoredFile], set[str]]:
+        files = self._files(repo, commit)
+        dirs = {p.rsplit("/", i)[0] for p in files for i in range(1, p.count("/") + 1)}
+        return files, dirs
+
+    def _tree(
+        self, repo: Repo, commit: Commit, base: str, query: dict[str, list[str]]
+    ) -> None:
+        recursive = query.get("recursive", ["false"])[0].lower() == "true"
+        expand = query.get("expand", ["false"])[0].lower() == "true"
+        files, dirs = self._listing(repo, commit)
+        base = base.strip("/")
+        if base and base not in dirs:
+            raise _HttpError(404, "EntryNotFound", f"{base} does not exist on {commit.sha}")
+        prefix = f"{base}/" if base else ""
+
+        def wanted(path: str) -> bool:
+            return path.startswith(prefix) and (recursive or "/" not in path[len(prefix):])
+
+        entries = sorted(
+            [(p, True) for p in dirs if wanted(p)] + [(p, False) for p in files if wanted(p)]
+        )
+        page_size = self.server.app.faults.tree_page_size
+        offset = int(query.get("cursor", ["0"])[0] or 0)
+        page = entries[offset : offset + page_size]
+        headers = {}
+        if offset + page_size < len(entries):
+            params = {k: v[0] for k, v in query.items()}
+            params["cursor"] = str(offset + page_size)
+            host = self.headers.get("Host", "127.0.0.1")
+            url = f"http://{host}{urlsplit(self.path).path}?{urlencode(params)}"
+            headers["Link"] = f'<{url}>; rel="next"'
+        self._send_json(
+            [
+                self._dir_entry(commit, p, expand) if is_dir
+                else self._entry(repo, commit, files[p], expand)
+                for p, is_dir in page
+            ],
+            headers,
+        )
+
+    def _refs(self, repo: Repo) -> None:
+        def ref(kind: str, name: str, sha: str) -> dict[str, str]:
+            return {"name": name, "ref": f"refs/{kind}/{name}", "targetCommit": sha}
+
+        self._send_json({
+            "branches": [ref("heads", n, s) for n, s in sorted(repo.branches.items())],
+            "tags": [ref("tags", n, s) for n, s in sorted(repo.tags.items())],
+            "converts": [],
+        })
+
+    def _paths_info(self, repo: Repo, commit: Commit, body: bytes) -> None:
+        if self.headers.get("Content-Type", "").startswith("application/json"):
+            raw = json.loads(body or b"{}")
+            paths, expand = raw.get("paths", []), bool(raw.get("expand"))
+        else:
+            form = parse_qs(body.decode())
+            paths = form.get("paths", [])
+            expand = form.get("expand", ["false"])[0].lower() == "true"
+        files, dirs = self._listing(repo, commit)
+        out = []
+        for p in paths:
+            p = p.strip("/")
+            if p in files:
+                out.append(self._entry(repo, commit, files[p], expand))
+            elif p in dirs:
+                out.append(self._dir_entry(commit, p, expand))
+        self._send_json(out)
+
+    def _resolve(self, kind: str, repo_id: str, revision: str, path: str) -> None:
+        try:
+            repo = self._repo(kind, repo_id, rename_from=repo_id)
+        except _Redirect as r:
+            self._redirect(r.status, r.location, {})
+            return
+        self._check_gate(repo)
+        commit = self._commit(repo, revision)
+        files = self._files(repo, commit)
+        f = files.get(path)
+        if f is None:
+            raise _HttpError(
+                404, "EntryNotFound", f"Entry not found: {path}", {"X-Repo-Commit": commit.sha}
+            )
+        headers = {"X-Repo-Commit": commit.sha}
+        if f.lfs:
+            cdn = self.server.app.cdn_url
+            expires = int(time.time()) + 3600
+            location = f"{cdn}/objects/{f.sha256}?Expires={expires}&response-content-disposition=" \
+                + quote(f"inline; filename*=UTF-8''{quote(path.rsplit('/', 1)[-1])};")
+            headers["X-Linked-Etag"] = f'"{f.sha256}"'
+            headers["X-Linked-Size"] = str(f.size)
+            self._redirect(302, location, headers)
+            return
+        prefix = "datasets/" if kind == "dataset" else "models/"
+        location = (
+            f"/api/resolve-cache/{prefix}{quote(repo.id)}/{commit.sha}/{quote(path)}"
+            f"?etag=%22{f.blob_id}%22"
+        )
+        headers["X-Linked-Etag"] = f'"{f.blob_id}"'
+        self._redirect(307, location, headers)
+
+    def _resolve_cache(self, kind: str, segments: list[str]) -> None:
+        commit_at = next(
+            (i for i, s in enumerate(segments) if len(s) == 40 and i in (1, 2)), None
+        )
+        if commit_at is None:
+            raise _HttpError(404, None, "Not Found")
+        repo = self._repo(kind, "/".join(segments[:commit_at]))
+        self._check_gate(repo)
+        commit = self._commit(repo, segments[commit_at])
+        path = "/".join(segments[commit_at + 1:])
+        f = self._files(repo, commit).get(path)
+        store_path = self.server.app.store.object_path(f.sha256) if f else None
+        if f is None or f.lfs or store_path is None:
+            raise _HttpError(404, "EntryNotFound", f"Entry not found: {path}")
+        self._send_file(
+            store_path, f.size, {"ETag": f'"{f.blob_id}"', "X-Repo-Commit": commit.sha}
+        )
+
+    # -- the CDN ---------------------------------------------------------------------------
+
+    def _cdn(self, method: str, path: str) -> None:
+        parts = path.strip("/").split("/")
+        store_path = None
+        if len(parts) == 2 and parts[0] == "objects" and method in ("GET", "HEAD"):
+            store_path = self.server.app.store.object_path(parts[1])
+        if store_path is None:
+            raise _HttpError(404, None, "NoSuchKey")
+        size = os.stat(store_path).st_size
+        self._send_file(store_path, size, {"ETag": f'"{parts[1]}"'})
+
+
+class _Redirect(Exception):
+    def __init__(self, status: int, location: str) -> None:
+        super().__init__(location)
+        self.status, self.location = status, location

@@ -1,0 +1,258 @@
+"""weights.toml: what the project wants, by name.
+
+Read with the standard library's tomllib (fast, strict); edited with tomlkit so that the
+user's comments and layout survive `wlock add` and `wlock remove`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, cast
+
+from wlock.atomic import write_text_atomic
+from wlock.errors import InvalidFileError, UsageError
+from wlock.tomlpos import TomlLocator, line_of_decode_error
+from wlock.models import REPO_KINDS, Manifest, ManifestEntry, RepoKind
+
+MANIFEST_NAME = "weights.toml"
+ENTRY_KEYS = ("id", "ref", "include", "exclude")
+TOP_LEVEL_KEYS = (*REPO_KINDS, "tool")
+
+# huggingface_hub's own rule (utils/_validators.py): optional namespace, name of word
+# characters, dots and dashes, at most 96 each, no "--" or "..".
+_REPO_ID = re.compile(r"^(?:[\w\-.]{1,96}/)?[\w\-.]{1,96}$")
+_REF = re.compile(r"^[^\s\x00~^:?*\[\\]+$")
+
+STARTER = """\
+# weights.toml: the models and datasets this project uses, by name.
+# `wlock lock` pins each to an exact commit in weights.lock; commit both files.
+#
+# [[model]]
+# id = "sentence-transformers/all-MiniLM-L6-v2"
+# ref = "main"                      # a branch, a tag or a 40-hex commit
+# include = ["*.json", "*.safetensors", "*.txt"]
+#
+# [[dataset]]
+# id = "stanfordnlp/imdb"
+# ref = "main"
+# exclude = ["*.tar.gz"]
+"""
+
+
+def find_project(start: Path) -> Path | None:
+    """The nearest directory at or above `start` that holds weights.toml."""
+    start = start.resolve()
+    for candidate in (start, *start.parents):
+        if (candidate / MANIFEST_NAME).is_file():
+            return candidate
+    return None
+
+
+def manifest_digest(entries: Iterable[ManifestEntry]) -> str:
+    """Digest of the resolved entries, so comments and layout never make a lock stale."""
+    import blake3
+
+    canonical = sorted(
+        [e.kind, e.id, e.ref, sorted(set(e.include)), sorted(set(e.exclude))] for e in entries
+    )
+    data = json.dumps(canonical, separators=(",", ":"), ensure_ascii=False).encode()
+    return "blake3:" + blake3.blake3(data).hexdigest()
+
+
+def validate_repo_id(repo_id: str) -> bool:
+    return bool(_REPO_ID.match(repo_id)) and "--" not in repo_id and ".." not in repo_id
+
+
+def read_manifest(path: Path) -> Manifest:
+    """Parse and validate weights.toml.
+
+    Raises InvalidFileError (exit 4) naming the file, line and key of the first problem.
+    """
+    display = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidFileError(
+            display, "not found", hint="Run `wlock init` to create one, or pass --project DIR."
+        ) from None
+    except UnicodeDecodeError as e:
+        raise InvalidFileError(display, f"not UTF-8 text ({e.reason})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        line = line_of_decode_error(str(e))
+        raise InvalidFileError(display, f"invalid TOML: {e}", line=line) from None
+    locator = TomlLocator(text)
+
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            raise InvalidFileError(
+                display,
+                "unknown key",
+                line=locator.top_level(key),
+                key=key,
+                hint="Entries go in [[model]] or [[dataset]] tables.",
+            )
+    entries: list[ManifestEntry] = []
+    seen: dict[tuple[str, str], int] = {}
+    for kind in REPO_KINDS:
+        raw = data.get(kind, [])
+        if not isinstance(raw, list):
+            raise InvalidFileError(
+                display,
+                f"must be an array of tables, written [[{kind}]]",
+                line=locator.top_level(kind),
+                key=kind,
+            )
+        for index, item in enumerate(raw):
+            entry = _parse_entry(display, locator, cast(RepoKind, kind), index, item)
+            if entry.key in seen:
+                raise InvalidFileError(
+                    display,
+                    f"{kind} {entry.id!r} is listed twice (first at line {seen[entry.key]})",
+                    line=entry.line,
+                    key="id",
+                )
+            seen[entry.key] = entry.line or 0
+            entries.append(entry)
+    return Manifest(path=display, entries=tuple(entries), digest=manifest_digest(entries))
+
+
+def _parse_entry(
+    display: str, locator: TomlLocator, kind: RepoKind, index: int, item: Any
+) -> ManifestEntry:
+    header = locator.entry(kind, index)
+    if not isinstance(item, dict):
+        raise InvalidFileError(display, "each entry must be a table", line=header, key=kind)
+
+    def fail(key: str, problem: str, hint: str | None = None) -> InvalidFileError:
+        return InvalidFileError(
+            display, problem, line=locator.entry(kind, index, key) or header,
+            key=f"{kind}.{key}", hint=hint,
+        )
+
+    for key in item:
+        if key not in ENTRY_KEYS:
+            raise fail(key, "unknown key", hint=f"An entry takes {', '.join(ENTRY_KEYS)}.")
+    repo_id = item.get("id")
+    if repo_id is None:
+        raise InvalidFileError(display, "missing `id`", line=header, key=kind)
+    if not isinstance(repo_id, str) or not validate_repo_id(repo_id):
+        raise fail("id", f"{repo_id!r} is not a Hub repo id", hint="Write it as `org/name`.")
+    ref = item.get("ref", "main")
+    if not isinstance(ref, str) or not _REF.match(ref):
+        raise fail("ref", f"{ref!r} is not a branch, tag or commit")
+    globs: dict[str, tuple[str, ...]] = {}
+    for key in ("include", "exclude"):
+        value = item.get(key, [])
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(g, str) and g for g in value):
+            raise fail(key, "must be a list of glob patterns, like [\"*.safetensors\"]")
+        globs[key] = tuple(value)
+    return ManifestEntry(
+        kind=kind, id=repo_id, ref=ref, include=globs["include"], exclude=globs["exclude"],
+        line=header,
+    )
+
+
+def glob_line(path: Path, entry: ManifestEntry, key: str) -> int | None:
+    """The line of `key` in `entry`, for messages raised after parsing (a glob matching nothing)."""
+    try:
+        locator = TomlLocator(path.read_text(encoding="utf-8"))
+    except OSError:
+        return entry.line
+    for index, header in enumerate(locator.headers.get(entry.kind, [])):
+        if header == entry.line:
+            return locator.entry(entry.kind, index, key) or entry.line
+    return entry.line
+
+
+# -- editing, with tomlkit so the file keeps its comments -------------------------------------
+
+
+def init_manifest(project: Path) -> Path:
+    path = project / MANIFEST_NAME
+    if path.exists():
+        raise UsageError(
+            f"{path} already exists", hint="Edit it, or use `wlock add` / `wlock remove`."
+        )
+    write_text_atomic(path, STARTER)
+    return path
+
+
+def parse_requirement(spec: str) -> tuple[str, str | None]:
+    """`org/name@ref` -> (id, ref); a repo id never contains '@'."""
+    repo_id, sep, ref = spec.partition("@")
+    if not validate_repo_id(repo_id):
+        raise UsageError(f"{repo_id!r} is not a Hub repo id", hint="Write it as `org/name[@ref]`.")
+    if sep and not (ref and _REF.match(ref)):
+        raise UsageError(f"{spec!r}: {ref!r} is not a branch, tag or commit")
+    return repo_id, (ref if sep else None)
+
+
+def add_entry(
+    path: Path,
+    kind: RepoKind,
+    repo_id: str,
+    ref: str | None,
+    include: tuple[str, ...],
+    exclude: tuple[str, ...],
+) -> bool:
+    """Add the entry or update the one with the same id. Returns True when it was new."""
+    import tomlkit
+
+    read_manifest(path)  # refuse to edit a file we could not read back
+    doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+    tables = doc.get(kind)
+    if tables is not None:
+        for table in tables:
+            if table.get("id") == repo_id:
+                if ref is not None:
+                    table["ref"] = ref
+                for key, value in (("include", include), ("exclude", exclude)):
+                    if value:
+                        table[key] = list(value)
+                write_text_atomic(path, tomlkit.dumps(doc))
+                return False
+    table = tomlkit.table()
+    table["id"] = repo_id
+    table["ref"] = ref or "main"
+    if include:
+        table["include"] = list(include)
+    if exclude:
+        table["exclude"] = list(exclude)
+    if tables is None:
+        aot = tomlkit.aot()
+        aot.append(table)
+        doc.append(kind, aot)
+    else:
+        tables.append(table)
+    write_text_atomic(path, tomlkit.dumps(doc))
+    return True
+
+
+def remove_entry(path: Path, kind: RepoKind, repo_id: str) -> None:
+    import tomlkit
+
+    read_manifest(path)
+    doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+    tables = doc.get(kind)
+    for index, table in enumerate(tables or []):
+        if table.get("id") == repo_id:
+            del tables[index]
+            if len(tables) == 0:
+                del doc[kind]
+            write_text_atomic(path, tomlkit.dumps(doc))
+            return
+    other: RepoKind = "dataset" if kind == "model" else "model"
+    hint = None
+    if any(t.get("id") == repo_id for t in doc.get(other, [])):
+        hint = f"It is listed as a {other}: " + (
+            "pass --dataset." if other == "dataset" else "leave out --dataset."
+        )
+    raise UsageError(f"{kind} {repo_id!r} is not in {path}", hint=hint)

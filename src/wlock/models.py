@@ -1,0 +1,112 @@
+"""Immutable values that cross module boundaries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+RepoKind = Literal["model", "dataset"]
+REPO_KINDS: tuple[RepoKind, ...] = ("model", "dataset")
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestEntry:
+    """One repo the project wants, as written in weights.toml."""
+
+    kind: RepoKind
+    id: str
+    ref: str = "main"
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    # Where the entry starts in weights.toml, for messages; not part of its identity.
+    line: int | None = field(default=None, compare=False)
+
+    @property
+    def key(self) -> tuple[RepoKind, str]:
+        return (self.kind, self.id)
+
+    @property
+    def selection(self) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        """What decides the locked set: a lock entry is kept only while this is unchanged."""
+        return (self.ref, self.include, self.exclude)
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    path: str
+    entries: tuple[ManifestEntry, ...]
+    digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class LockedFile:
+    """A file pinned by the hash the Hub attests: sha256 for LFS/Xet files, git blob id otherwise."""
+
+    path: str
+    size: int
+    sha256: str | None = None
+    git_sha1: str | None = None
+
+    @property
+    def etag(self) -> str:
+        """The blob name in the HF cache (`blobs/<etag>`)."""
+        digest = self.sha256 or self.git_sha1
+        assert digest is not None, "a LockedFile always carries one hash"
+        return digest
+
+
+@dataclass(frozen=True, slots=True)
+class LockedRepo:
+    kind: RepoKind
+    id: str
+    requested: str
+    revision: str
+    files: tuple[LockedFile, ...]
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> tuple[RepoKind, str]:
+        return (self.kind, self.id)
+
+    @property
+    def selection(self) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        return (self.requested, self.include, self.exclude)
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+@dataclass(frozen=True, slots=True)
+class Lock:
+    manifest_digest: str
+    repos: tuple[LockedRepo, ...]
+    version: int = 1
+
+    def find(self, kind: RepoKind, repo_id: str) -> LockedRepo | None:
+        return next((r for r in self.repos if r.key == (kind, repo_id)), None)
+
+
+@dataclass(frozen=True, slots=True)
+class LockChange:
+    """One line of `wlock lock --dry-run`: a pin that appears, moves or goes away."""
+
+    kind: RepoKind
+    id: str
+    requested: str
+    old: str | None
+    new: str | None
+
+    def render(self) -> str:
+        old = self.old[:7] if self.old else "(new)"
+        new = self.new[:7] if self.new else "(removed)"
+        return f"{self.id}  {self.requested}  {old} -> {new}"
+
+
+@dataclass(frozen=True, slots=True)
+class LockResult:
+    lock: Lock
+    changes: tuple[LockChange, ...]
+    written: bool
+    renamed: tuple[tuple[str, str], ...] = ()

@@ -1,0 +1,55 @@
+"""Line numbers for TOML keys: tomllib reports none, and every message names file and line."""
+
+from __future__ import annotations
+
+import re
+
+
+def line_of_decode_error(message: str) -> int | None:
+    match = re.search(r"at line (\d+)", message)
+    return int(match.group(1)) if match else None
+
+
+class TomlLocator:
+    """Finds the line of a key in the raw text: tomllib does not report positions."""
+
+    _HEADER = re.compile(r"^\s*\[\[\s*([A-Za-z0-9_\-]+)\s*\]\]")
+    _TABLE = re.compile(r"^\s*\[")
+    _KEY = re.compile(r"^\s*\"?([A-Za-z0-9_\-]+)\"?\s*=")
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+        self.headers: dict[str, list[int]] = {}
+        self.keys: dict[int, dict[str, int]] = {}  # header line -> key -> line
+        self.root: dict[str, int] = {}
+        current: int | None = None
+        for number, line in enumerate(self.lines, start=1):
+            header = self._HEADER.match(line)
+            if header:
+                self.headers.setdefault(header.group(1), []).append(number)
+                self.root.setdefault(header.group(1), number)
+                current = number
+                self.keys[number] = {}
+                continue
+            if self._TABLE.match(line):
+                name = line.strip().strip("[]").split(".")[0].strip()
+                self.root.setdefault(name, number)
+                current = -1
+                continue
+            key = self._KEY.match(line)
+            if key:
+                if current is None:
+                    self.root.setdefault(key.group(1), number)
+                elif current > 0:
+                    self.keys[current].setdefault(key.group(1), number)
+
+    def top_level(self, key: str) -> int | None:
+        return self.root.get(key)
+
+    def entry(self, kind: str, index: int, key: str | None = None) -> int | None:
+        headers = self.headers.get(kind, [])
+        if index >= len(headers):
+            return None
+        if key is None:
+            return headers[index]
+        return self.keys[headers[index]].get(key)
