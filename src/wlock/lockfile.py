@@ -11,7 +11,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from wlock.atomic import write_text_atomic
 from wlock.errors import InvalidFileError
@@ -98,7 +98,9 @@ def read_lock(path: Path) -> Lock:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InvalidFileError(display, "not found", hint="Run `wlock lock` to create it.") from None
+        raise InvalidFileError(
+            display, "not found", hint="Run `wlock lock` to create it."
+        ) from None
     except UnicodeDecodeError as e:
         raise InvalidFileError(display, f"not UTF-8 text ({e.reason})") from None
     try:
@@ -132,7 +134,7 @@ def read_lock(path: Path) -> Lock:
     for kind in REPO_KINDS:
         for index, raw in enumerate(data.get(kind, [])):
             line = locator.entry(kind, index)
-            repos.append(_parse_repo(cast(RepoKind, kind), raw, line, fail))
+            repos.append(_parse_repo(kind, raw, line, fail))
     return Lock(manifest_digest=digest, repos=tuple(repos), version=LOCK_VERSION)
 
 

@@ -11,12 +11,12 @@ import re
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from wlock.atomic import write_text_atomic
 from wlock.errors import InvalidFileError, UsageError
-from wlock.tomlpos import TomlLocator, line_of_decode_error
 from wlock.models import REPO_KINDS, Manifest, ManifestEntry, RepoKind
+from wlock.tomlpos import TomlLocator, line_of_decode_error
 
 MANIFEST_NAME = "weights.toml"
 ENTRY_KEYS = ("id", "ref", "include", "exclude")
@@ -109,7 +109,7 @@ def read_manifest(path: Path) -> Manifest:
                 key=kind,
             )
         for index, item in enumerate(raw):
-            entry = _parse_entry(display, locator, cast(RepoKind, kind), index, item)
+            entry = _parse_entry(display, locator, kind, index, item)
             if entry.key in seen:
                 raise InvalidFileError(
                     display,
@@ -241,11 +241,11 @@ def remove_entry(path: Path, kind: RepoKind, repo_id: str) -> None:
 
     read_manifest(path)
     doc = tomlkit.parse(path.read_text(encoding="utf-8"))
-    tables = doc.get(kind)
+    tables: Any = doc.get(kind)
     for index, table in enumerate(tables or []):
         if table.get("id") == repo_id:
             del tables[index]
-            if len(tables) == 0:
+            if not tables:
                 del doc[kind]
             write_text_atomic(path, tomlkit.dumps(doc))
             return

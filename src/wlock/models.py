@@ -40,7 +40,7 @@ class Manifest:
 
 @dataclass(frozen=True, slots=True)
 class LockedFile:
-    """A file pinned by the hash the Hub attests: sha256 for LFS/Xet files, git blob id otherwise."""
+    """A file pinned by the hash the Hub attests: sha256 for LFS/Xet, else the git blob id."""
 
     path: str
     size: int

@@ -129,7 +129,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib's name
+    def log_message(self, format: str, *args: Any) -> None:
         if self.server.app.verbose:
             super().log_message(format, *args)
 

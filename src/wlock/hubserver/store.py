@@ -27,8 +27,8 @@ from typing import Any, Protocol
 LFS_PATTERNS = (
     "*.7z", "*.arrow", "*.bin", "*.bz2", "*.ckpt", "*.ftz", "*.gguf", "*.gz", "*.h5",
     "*.joblib", "*.lfs.*", "*.mlmodel", "*.model", "*.msgpack", "*.npy", "*.npz", "*.onnx",
-    "*.ot", "*.parquet", "*.pb", "*.pickle", "*.pkl", "*.pt", "*.pth", "*.rar", "*.safetensors",
-    "*.tar", "*.tflite", "*.tgz", "*.wasm", "*.xz", "*.zip", "*.zst",
+    "*.ot", "*.parquet", "*.pb", "*.pickle", "*.pkl", "*.pt", "*.pth", "*.rar",
+    "*.safetensors", "*.tar", "*.tflite", "*.tgz", "*.wasm", "*.xz", "*.zip", "*.zst",
 )
 LFS_SIZE_THRESHOLD = 10 * 1024 * 1024
 DEFAULT_DATE = "2026-01-01T00:00:00.000Z"
@@ -39,7 +39,8 @@ def git_blob_id(data: bytes) -> str:
 
 
 def lfs_pointer(sha256: str, size: int) -> bytes:
-    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode()
+    spec = "version https://git-lfs.github.com/spec/v1"
+    return f"{spec}\noid sha256:{sha256}\nsize {size}\n".encode()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,75 @@
+"""The command line: each command reads options, calls one library function, renders the
+result and maps it to an exit code. No policy lives here.
+
+The one error boundary is `main`: expected failures (WlockError) print a message and a hint
+and exit with their code; anything else is a bug and shows a traceback. `--debug` (or
+WLOCK_DEBUG=1) shows the traceback for expected failures too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import click
+
+from wlock import __version__
+from wlock.cli.lock_cmd import lock
+from wlock.cli.manifest_cmds import add, init, remove
+from wlock.errors import ExitCode, WlockError
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog="""\b
+Start a project:
+  wlock init && wlock add sentence-transformers/all-MiniLM-L6-v2
+  wlock lock            # pin every entry to a commit, every file to a hash
+\b
+Try it on the bundled example Hub, offline:
+  wlock demo
+
+Exit codes: 0 ok, 1 check failed, 2 usage, 3 lock out of date, 4 invalid file,
+5 Hub error, 6 local problem (space, permissions).""",
+)
+@click.version_option(__version__, prog_name="wlock")
+@click.option("--debug", is_flag=True, help="Show tracebacks for expected errors too.")
+def cli(debug: bool) -> None:
+    """wlock: lock Hugging Face model weights to exact commits and bytes."""
+    if debug:
+        os.environ["WLOCK_DEBUG"] = "1"
+
+
+for command in (init, add, remove, lock):
+    cli.add_command(command)
+
+
+@cli.command()
+def demo() -> None:
+    """Run lock against the bundled example Hub on 127.0.0.1, in a temp project."""
+    from wlock.cli.demo import run_demo
+
+    run_demo()
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="wlock", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(ExitCode.USAGE if isinstance(e, click.UsageError) else e.exit_code)
+    except WlockError as e:
+        if os.environ.get("WLOCK_DEBUG"):
+            traceback.print_exc()
+        click.echo(f"error: {e.message}", err=True)
+        if e.hint:
+            click.echo(f"hint: {e.hint}", err=True)
+        sys.exit(int(e.exit_code))
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
+    sys.exit(0)

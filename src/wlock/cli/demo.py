@@ -1,0 +1,50 @@
+"""`wlock demo`: the main job, end to end, on the bundled example Hub on loopback."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import click
+
+DEMO_MANIFEST = """\
+# The demo project: two repos from the bundled example Hub.
+[[model]]
+id = "acme/tiny-bert"
+ref = "main"
+exclude = ["onnx/"]
+
+[[dataset]]
+id = "acme/tiny-squad"
+ref = "v1.0"
+include = ["data/*.parquet", "README.md"]
+"""
+
+
+def run_demo() -> None:
+    from wlock.cli import main as wlock_main
+    from wlock.hubserver.process import HubProcess
+
+    with tempfile.TemporaryDirectory(prefix="wlock-demo-") as tmp:
+        root = Path(tmp)
+        project, store = root / "project", root / "hub-store"
+        project.mkdir()
+        click.echo(f"Starting the example Hub (store: {store}) ...", err=True)
+        with HubProcess(store, fixtures=True) as hub:
+            click.echo(f"Example Hub at {hub.endpoint} (CDN at {hub.cdn}).", err=True)
+            (project / "weights.toml").write_text(DEMO_MANIFEST, encoding="utf-8")
+            os.environ["HF_HOME"] = str(root / "hf-home")
+            steps = [
+                ["lock", "--project", str(project), "--endpoint", hub.endpoint],
+                ["lock", "--check", "--project", str(project)],
+            ]
+            for step in steps:
+                click.echo(f"\n$ wlock {' '.join(step)}", err=True)
+                try:
+                    wlock_main(step)
+                except SystemExit as e:
+                    if e.code:
+                        raise
+            click.echo(f"\n$ cat {project / 'weights.lock'}", err=True)
+            click.echo((project / "weights.lock").read_text(encoding="utf-8"))

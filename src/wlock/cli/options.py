@@ -1,0 +1,96 @@
+"""Options shared by several commands, defined once and stacked (pip-tools' way).
+
+Flags win over the environment, which wins over defaults; each is resolved once here and then
+passed down explicitly: huggingface_hub reads HF_ENDPOINT at import, so we never rely on it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from wlock.errors import InvalidFileError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    project_flag: Path | None
+    endpoint: str
+    token: str | None
+    cache_dir: Path
+    json: bool
+
+    def project(self) -> Path:
+        """The project folder: --project, else the nearest folder upward with weights.toml."""
+        from wlock.manifest import MANIFEST_NAME, find_project
+
+        if self.project_flag is not None:
+            return self.project_flag.resolve()
+        found = find_project(Path.cwd())
+        if found is None:
+            raise InvalidFileError(
+                MANIFEST_NAME,
+                f"not found in {Path.cwd()} or any parent directory",
+                hint="Run `wlock init` to create one, or pass --project DIR.",
+            )
+        return found
+
+
+def default_cache_dir() -> Path:
+    """HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub, as huggingface_hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
+    return Path(home).expanduser() / "hub"
+
+
+def common_options(func: F) -> F:
+    """--project, --endpoint, --token, --cache-dir, --json; collected into `settings`."""
+
+    def build(
+        project: Path | None, endpoint: str | None, token: str | None, cache_dir: Path | None,
+        as_json: bool,
+    ) -> Settings:
+        return Settings(
+            project_flag=project,
+            endpoint=(endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"),
+            token=token or os.environ.get("HF_TOKEN") or None,
+            cache_dir=cache_dir or default_cache_dir(),
+            json=as_json,
+        )
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs["settings"] = build(
+            kwargs.pop("project"), kwargs.pop("endpoint"), kwargs.pop("token"),
+            kwargs.pop("cache_dir"), kwargs.pop("as_json"),
+        )
+        return func(*args, **kwargs)
+
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    decorators = [
+        click.option("--project", type=click.Path(file_okay=False, path_type=Path),
+                     help="Project folder (default: nearest folder upward with weights.toml)."),
+        click.option("--endpoint", metavar="URL",
+                     help="Hub endpoint (default: $HF_ENDPOINT, else https://huggingface.co)."),
+        click.option("--token", metavar="TOKEN",
+                     help="Hub token (default: $HF_TOKEN, else your `hf auth login`). "
+                     "Never printed or written."),
+        click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
+                     help="HF cache (default: $HF_HUB_CACHE, else $HF_HOME/hub)."),
+        click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout."),
+    ]
+    for decorator in reversed(decorators):
+        wrapper = decorator(wrapper)
+    return wrapper  # type: ignore[return-value]

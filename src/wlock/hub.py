@@ -1,0 +1,226 @@
+"""The only module that talks to the Hub's API; huggingface_hub does the HTTP.
+
+It turns "this repo at this ref" into a commit and the files there, each with the hash the
+Hub attests, and turns the Hub's failures into WlockErrors that say what to do.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from wlock.errors import (
+    GatedRepoError,
+    HubError,
+    HubUnreachableError,
+    RateLimitedError,
+    RepoNotFoundError,
+    RevisionNotFoundError,
+    UnsafePathError,
+)
+from wlock.lockfile import is_commit, safe_repo_path
+from wlock.models import LockedFile, RepoKind
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+
+T = TypeVar("T")
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+MAX_ATTEMPTS = 6
+MAX_RETRY_AFTER = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSnapshot:
+    """A repo at one commit, as the Hub lists it."""
+
+    kind: RepoKind
+    requested_id: str
+    hub_id: str  # differs from requested_id when the Hub redirected a renamed repo
+    revision: str
+    files: tuple[LockedFile, ...]
+
+
+class HubClient:
+    """Metadata requests to one endpoint, with the retries huggingface_hub leaves to us.
+
+    `model_info`/`dataset_info` do not retry a 429 or a 5xx by themselves, so every call here
+    goes through `_with_retries`, which honours Retry-After.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        token: str | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        from huggingface_hub import HfApi
+
+        self.endpoint = endpoint.rstrip("/")
+        # token=None lets huggingface_hub fall back to HF_TOKEN and the stored login, as
+        # every other Hub tool does; we never read, print or store the value ourselves.
+        self._api: HfApi = HfApi(endpoint=self.endpoint, token=token)
+        self._sleep = sleep
+
+    def snapshot(self, kind: RepoKind, repo_id: str, ref: str) -> RemoteSnapshot:
+        """Resolve `ref` to a commit and list its files in one request where the API allows.
+
+        Raises a HubError subclass (exit 5) naming the repo.
+        """
+        info_call = self._api.model_info if kind == "model" else self._api.dataset_info
+        info = self._with_retries(
+            kind, repo_id, ref, lambda: info_call(repo_id, revision=ref, files_metadata=True)
+        )
+        sha = getattr(info, "sha", None)
+        if not isinstance(sha, str) or not is_commit(sha):
+            raise HubError(
+                f"{kind} {repo_id}@{ref}: the Hub answered without a commit id", repo=repo_id
+            )
+        siblings = getattr(info, "siblings", None)
+        if siblings is not None:
+            files = files_from_siblings(repo_id, siblings)
+        else:
+            # Some answers omit siblings; the paginated tree listing always has them.
+            entries = self._with_retries(
+                kind, repo_id, ref,
+                lambda: list(self._api.list_repo_tree(
+                    repo_id, revision=sha, repo_type=kind, recursive=True
+                )),
+            )
+            files = files_from_tree(repo_id, entries)
+        return RemoteSnapshot(
+            kind=kind, requested_id=repo_id, hub_id=str(getattr(info, "id", repo_id)),
+            revision=sha, files=files,
+        )
+
+    def _with_retries(self, kind: RepoKind, repo_id: str, ref: str, call: Callable[[], T]) -> T:
+        import httpx2
+        from huggingface_hub.errors import HfHubHTTPError
+
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                return call()
+            except HfHubHTTPError as e:
+                status = e.response.status_code if e.response is not None else None
+                retryable = status == 429 or (status is not None and status >= 500)
+                if not retryable or attempt == MAX_ATTEMPTS:
+                    raise self._translate(e, kind, repo_id, ref) from None
+                self._sleep(_retry_delay(attempt, e.response.headers.get("Retry-After")))
+            except httpx2.TransportError as e:
+                # huggingface_hub lets its transport's errors through (connect, read, timeout).
+                if attempt == MAX_ATTEMPTS:
+                    raise HubUnreachableError(
+                        f"cannot reach {self.endpoint} for {kind} {repo_id}: {e}",
+                        repo=repo_id,
+                        hint="Check the network, or the endpoint (--endpoint / HF_ENDPOINT).",
+                    ) from None
+                self._sleep(_retry_delay(attempt, None))
+        raise AssertionError("unreachable")
+
+    def _translate(self, e: Exception, kind: RepoKind, repo_id: str, ref: str) -> HubError:
+        from huggingface_hub import errors as hf
+
+        response: Any = getattr(e, "response", None)
+        status = response.status_code if response is not None else None
+        code = response.headers.get("X-Error-Code") if response is not None else None
+        need_token = "set HF_TOKEN (or pass --token) with a token that has access"  # noqa: S105
+        if isinstance(e, hf.GatedRepoError) or code == "GatedRepo":
+            return GatedRepoError(
+                f"{kind} {repo_id} is gated and this request was refused ({status})",
+                repo=repo_id,
+                hint=f"Accept its terms on the Hub, then {need_token}.",
+            )
+        if isinstance(e, hf.RepositoryNotFoundError):
+            return RepoNotFoundError(
+                f"{kind} {repo_id} was not found on {self.endpoint}",
+                repo=repo_id,
+                hint=f"Check the id in weights.toml; if the repo is private, {need_token}.",
+            )
+        if isinstance(e, hf.RevisionNotFoundError):
+            return RevisionNotFoundError(
+                f"{kind} {repo_id}: revision {ref!r} not found",
+                repo=repo_id,
+                hint="Check `ref` in weights.toml: a branch, a tag or a 40-hex commit.",
+            )
+        if status == 429:
+            return RateLimitedError(
+                f"{kind} {repo_id}: the Hub is rate limiting us (429) after "
+                f"{MAX_ATTEMPTS} attempts",
+                repo=repo_id,
+                hint=f"Wait and retry; an authenticated token gets higher limits ({need_token}).",
+            )
+        if status in (401, 403):
+            return HubError(
+                f"{kind} {repo_id}: unauthorized ({status})",
+                repo=repo_id, hint=f"Your token may be invalid or expired: {need_token}.",
+            )
+        return HubError(
+            f"{kind} {repo_id}: the Hub answered {status}",
+            repo=repo_id, hint="Retry later; if it persists, check the endpoint's status.",
+        )
+
+
+def _retry_delay(attempt: int, retry_after: str | None) -> float:
+    if retry_after:
+        try:
+            return float(min(MAX_RETRY_AFTER, max(0.0, float(retry_after))))
+        except ValueError:
+            pass  # an HTTP-date: fall back to our own backoff
+    backoff: float = min(8.0, 0.25 * 2 ** (attempt - 1))
+    return backoff * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not security
+
+
+def files_from_siblings(repo_id: str, siblings: Iterable[Any]) -> tuple[LockedFile, ...]:
+    """`siblings[]` of repo info with `?blobs=true` -> LockedFiles (sha256 for LFS)."""
+    files = []
+    for s in siblings:
+        path = s.rfilename
+        if not isinstance(path, str) or not safe_repo_path(path):
+            raise UnsafePathError(repo_id, str(path))
+        if s.lfs is not None:
+            files.append(LockedFile(path=path, size=int(s.lfs.size), sha256=s.lfs.sha256))
+        elif s.blob_id is not None and s.size is not None:
+            files.append(LockedFile(path=path, size=int(s.size), git_sha1=s.blob_id))
+        else:
+            raise HubError(
+                f"{repo_id}: the Hub listed {path!r} without its size and hash",
+                repo=repo_id, hint="The endpoint must support `?blobs=true` on repo info.",
+            )
+    return _checked(repo_id, files)
+
+
+def files_from_tree(repo_id: str, entries: Iterable[Any]) -> tuple[LockedFile, ...]:
+    """Entries of the recursive tree listing -> LockedFiles; folders are skipped."""
+    files = []
+    for entry in entries:
+        if not hasattr(entry, "blob_id"):
+            continue  # a RepoFolder
+        if not safe_repo_path(entry.path):
+            raise UnsafePathError(repo_id, entry.path)
+        if entry.lfs is not None:
+            files.append(LockedFile(path=entry.path, size=int(entry.lfs.size),
+                                    sha256=entry.lfs.sha256))
+        else:
+            files.append(LockedFile(path=entry.path, size=int(entry.size),
+                                    git_sha1=entry.blob_id))
+    return _checked(repo_id, files)
+
+
+def _checked(repo_id: str, files: list[LockedFile]) -> tuple[LockedFile, ...]:
+    seen: set[str] = set()
+    for f in files:
+        digest = f.sha256 if f.sha256 is not None else f.git_sha1
+        expected = 64 if f.sha256 is not None else 40
+        if digest is None or len(digest) != expected or not all(
+            c in "0123456789abcdef" for c in digest
+        ):
+            raise HubError(f"{repo_id}: malformed hash for {f.path!r}", repo=repo_id)
+        if f.path in seen:
+            raise HubError(f"{repo_id}: the Hub listed {f.path!r} twice", repo=repo_id)
+        seen.add(f.path)
+    return tuple(sorted(files, key=lambda f: f.path))

@@ -1,0 +1,207 @@
+"""Manifest + Hub -> lock. Pins are kept unless the entry changed or an upgrade asks to move them.
+
+The semantics are uv's: `wlock lock` resolves only what is new or changed in weights.toml;
+`--upgrade` re-resolves everything, `--upgrade-package ID` just that entry.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from wlock.errors import InvalidFileError, LockStaleError, UsageError
+from wlock.hub import HubClient, RemoteSnapshot
+from wlock.lockfile import LOCK_NAME, read_lock, write_lock
+from wlock.manifest import glob_line, read_manifest
+from wlock.models import (
+    REPO_KINDS,
+    Lock,
+    LockChange,
+    LockedFile,
+    LockedRepo,
+    LockResult,
+    Manifest,
+    ManifestEntry,
+)
+
+DEFAULT_JOBS = 16
+
+
+def select_files(
+    files: tuple[LockedFile, ...], include: tuple[str, ...], exclude: tuple[str, ...]
+) -> tuple[tuple[LockedFile, ...], tuple[str, ...]]:
+    """Apply globs as `snapshot_download(allow_patterns, ignore_patterns)` does.
+
+    Returns the kept files and the patterns that matched no file (a likely typo).
+    """
+
+    def norm(pattern: str) -> str:
+        return pattern + "*" if pattern.endswith("/") else pattern
+
+    unmatched = tuple(
+        p for p in (*include, *exclude) if not any(fnmatch.fnmatch(f.path, norm(p)) for f in files)
+    )
+    kept = tuple(
+        f for f in files
+        if (not include or any(fnmatch.fnmatch(f.path, norm(p)) for p in include))
+        and not any(fnmatch.fnmatch(f.path, norm(p)) for p in exclude)
+    )
+    return kept, unmatched
+
+
+def is_fresh(manifest: Manifest, lock: Lock | None) -> bool:
+    """True when the lock was made from exactly these manifest entries: no network needed."""
+    return lock is not None and lock.manifest_digest == manifest.digest
+
+
+def stale_error(
+    manifest: Manifest, lock_path: Path, lock: Lock | None, flag: str
+) -> LockStaleError:
+    if lock is None:
+        reason = f"{lock_path} does not exist"
+    else:
+        wanted = {e.key: e for e in manifest.entries}
+        locked = {r.key: r for r in lock.repos}
+        added = sorted(e.id for k, e in wanted.items() if k not in locked)
+        removed = sorted(r.id for k, r in locked.items() if k not in wanted)
+        changed = sorted(
+            e.id for k, e in wanted.items() if k in locked and e.selection != locked[k].selection
+        )
+        parts = [f"{label} {', '.join(ids)}" for label, ids in
+                 (("added", added), ("removed", removed), ("changed", changed)) if ids]
+        reason = f"weights.toml has changed ({'; '.join(parts) or 'entries differ'})"
+    return LockStaleError(
+        f"{lock_path.name} needs to be updated, but `{flag}` was provided: {reason}",
+        hint="To update the lock file, run `wlock lock`.",
+    )
+
+
+def plan_lock(
+    manifest: Manifest,
+    previous: Lock | None,
+    snapshot: Callable[[ManifestEntry], RemoteSnapshot],
+    *,
+    upgrade: bool = False,
+    upgrade_packages: Collection[str] = (),
+    jobs: int = DEFAULT_JOBS,
+) -> LockResult:
+    """The lock the manifest calls for, and how it differs from `previous`; writes nothing.
+
+    `snapshot` is called (concurrently) only for entries whose pin must be made or moved.
+    Raises InvalidFileError (exit 4) for a glob that matches nothing, HubError (exit 5).
+    """
+    known = {e.id for e in manifest.entries}
+    for name in upgrade_packages:
+        if name not in known:
+            raise UsageError(
+                f"--upgrade-package {name}: not in {manifest.path}",
+                hint=f"Entries are: {', '.join(sorted(known)) or '(none)'}.",
+            )
+    kept: dict[tuple[str, str], LockedRepo] = {}
+    to_resolve: list[ManifestEntry] = []
+    for entry in manifest.entries:
+        old = previous.find(entry.kind, entry.id) if previous else None
+        moving = upgrade or entry.id in upgrade_packages
+        if old is not None and old.selection == entry.selection and not moving:
+            kept[entry.key] = old
+        else:
+            to_resolve.append(entry)
+
+    resolved: dict[tuple[str, str], RemoteSnapshot] = {}
+    if to_resolve:
+        with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(to_resolve)))) as pool:
+            for entry, snap in zip(to_resolve, pool.map(snapshot, to_resolve), strict=True):
+                resolved[entry.key] = snap
+
+    repos: list[LockedRepo] = []
+    renamed: list[tuple[str, str]] = []
+    for entry in manifest.entries:
+        if entry.key in kept:
+            repos.append(kept[entry.key])
+            continue
+        snap = resolved[entry.key]
+        if snap.hub_id != entry.id:
+            renamed.append((entry.id, snap.hub_id))
+        files, unmatched = select_files(snap.files, entry.include, entry.exclude)
+        if unmatched:
+            pattern = unmatched[0]
+            key = "include" if pattern in entry.include else "exclude"
+            raise InvalidFileError(
+                manifest.path,
+                f"{pattern!r} matches no file of {entry.id} at {snap.revision[:7]}",
+                line=glob_line(Path(manifest.path), entry, key),
+                key=f"{entry.kind}.{key}",
+                hint=f"List the repo's files with `hf download {entry.id} --dry-run`, "
+                "or fix the pattern.",
+            )
+        repos.append(LockedRepo(
+            kind=entry.kind, id=entry.id, requested=entry.ref, revision=snap.revision,
+            files=files, include=entry.include, exclude=entry.exclude,
+        ))
+
+    lock = Lock(manifest_digest=manifest.digest, repos=tuple(repos))
+    return LockResult(
+        lock=lock, changes=diff_locks(previous, lock), written=False, renamed=tuple(renamed)
+    )
+
+
+def diff_locks(old: Lock | None, new: Lock) -> tuple[LockChange, ...]:
+    """Pins that appear, move or disappear between two locks, in a stable order."""
+    before = {r.key: r for r in old.repos} if old else {}
+    after = {r.key: r for r in new.repos}
+    changes = []
+    order = {kind: n for n, kind in enumerate(REPO_KINDS)}
+    for key in sorted(before.keys() | after.keys(), key=lambda k: (order[k[0]], k[1])):
+        a, b = before.get(key), after.get(key)
+        if a is not None and b is not None and a.revision == b.revision:
+            continue
+        current = b or a
+        assert current is not None
+        changes.append(LockChange(
+            kind=current.kind, id=current.id, requested=current.requested,
+            old=a.revision if a else None, new=b.revision if b else None,
+        ))
+    return tuple(changes)
+
+
+def lock_project(
+    project: Path,
+    *,
+    endpoint: str,
+    token: str | None,
+    check: bool = False,
+    dry_run: bool = False,
+    upgrade: bool = False,
+    upgrade_packages: Collection[str] = (),
+    jobs: int = DEFAULT_JOBS,
+) -> LockResult:
+    """`wlock lock`: resolve weights.toml into weights.lock.
+
+    With `check`, raises LockStaleError (exit 3) unless the lock matches the manifest, and
+    makes no request at all. With `dry_run`, computes the changes and writes nothing.
+    """
+    manifest = read_manifest(project / "weights.toml")
+    lock_path = project / LOCK_NAME
+    previous = read_lock(lock_path) if lock_path.exists() else None
+    if check:
+        if not is_fresh(manifest, previous) or upgrade or upgrade_packages:
+            raise stale_error(manifest, lock_path, previous, "--check")
+        assert previous is not None
+        return LockResult(lock=previous, changes=(), written=False)
+    if is_fresh(manifest, previous) and not upgrade and not upgrade_packages:
+        assert previous is not None
+        # Nothing to resolve; still rewrite a lock whose bytes are not canonical.
+        written = False if dry_run else write_lock(lock_path, previous)
+        return LockResult(lock=previous, changes=(), written=written)
+
+    client = HubClient(endpoint, token)
+    result = plan_lock(
+        manifest, previous, lambda e: client.snapshot(e.kind, e.id, e.ref),
+        upgrade=upgrade, upgrade_packages=upgrade_packages, jobs=jobs,
+    )
+    written = False if dry_run else write_lock(lock_path, result.lock)
+    return LockResult(
+        lock=result.lock, changes=result.changes, written=written, renamed=result.renamed
+    )
