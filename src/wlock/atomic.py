@@ -6,9 +6,12 @@ because rename within one directory is atomic on every POSIX filesystem we care 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from pathlib import Path
+
+from wlock.errors import LocalError
 
 
 def temp_path_for(target: Path) -> Path:
@@ -17,6 +20,7 @@ def temp_path_for(target: Path) -> Path:
 
 
 def write_bytes_atomic(target: Path, data: bytes) -> None:
+    """Replace `target` with `data` all at once. Raises LocalError (exit 6) if it cannot."""
     tmp = temp_path_for(target)
     try:
         with open(tmp, "wb") as f:
@@ -24,6 +28,13 @@ def write_bytes_atomic(target: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise LocalError(
+            f"cannot write {target}: {e.strerror or e}",
+            hint="Check that the folder exists, is writable and has free space.",
+        ) from e
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

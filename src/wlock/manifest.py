@@ -217,7 +217,7 @@ def add_entry(
                 for key, value in (("include", include), ("exclude", exclude)):
                     if value:
                         table[key] = list(value)
-                write_text_atomic(path, tomlkit.dumps(doc))
+                write_text_atomic(path, _dumps(doc))
                 return False
     table = tomlkit.table()
     table["id"] = repo_id
@@ -232,8 +232,23 @@ def add_entry(
         doc.append(kind, aot)
     else:
         tables.append(table)
-    write_text_atomic(path, tomlkit.dumps(doc))
+    write_text_atomic(path, _dumps(doc))
     return True
+
+
+def _dumps(doc: Any) -> str:
+    """tomlkit's text, with a blank line before a table header that directly follows a value
+    (tomlkit leaves none after a table it appended) and exactly one newline at the end."""
+    import tomlkit
+
+    lines = tomlkit.dumps(doc).rstrip("\n").split("\n")
+    out: list[str] = []
+    for line in lines:
+        previous = out[-1].strip() if out else ""
+        if line.lstrip().startswith("[") and previous and not previous.startswith(("#", "[")):
+            out.append("")
+        out.append(line)
+    return "\n".join(out) + "\n"
 
 
 def remove_entry(path: Path, kind: RepoKind, repo_id: str) -> None:
@@ -247,7 +262,7 @@ def remove_entry(path: Path, kind: RepoKind, repo_id: str) -> None:
             del tables[index]
             if not tables:
                 del doc[kind]
-            write_text_atomic(path, tomlkit.dumps(doc))
+            write_text_atomic(path, _dumps(doc))
             return
     other: RepoKind = "dataset" if kind == "model" else "model"
     hint = None

@@ -1,0 +1,89 @@
+"""Shared fixtures: one Hub emulator process per test session (per xdist worker).
+
+The emulator runs in its own process (hf_transfer holds the GIL; see DESIGN.md) and serves a
+store built from fixtures/hub. Tests that need repos of their own write them into that same
+store with a StoreBuilder under unique ids; the server notices the change on its next request.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from wlock.hubserver.fixtures import build_fixture_store
+from wlock.hubserver.process import HubProcess
+from wlock.hubserver.store import StoreBuilder
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDINGS = ROOT.parent / "shared" / "hub-recordings"
+GATED_TOKEN = "hf_demo_gated_access"  # granted in fixtures/hub/models/acme/gated-llama
+
+_ids = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_hf_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test may see the developer's token, cache or endpoint, or reach huggingface.co."""
+    for name in ("HF_TOKEN", "HF_ENDPOINT", "HF_HUB_CACHE", "WLOCK_DEBUG", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+@dataclass
+class Hub:
+    process: HubProcess
+    builder: StoreBuilder
+
+    @property
+    def endpoint(self) -> str:
+        return self.process.endpoint
+
+    def unique_id(self, stem: str) -> str:
+        return f"test/{stem}-{os.getpid()}-{next(_ids)}"
+
+
+@pytest.fixture(scope="session")
+def _hub_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    store = tmp_path_factory.mktemp("hub-store")
+    builder = build_fixture_store(store)
+    with HubProcess(store) as process:
+        yield Hub(process=process, builder=builder)
+
+
+@pytest.fixture
+def hub(_hub_session: Hub) -> Iterator[Hub]:
+    """The session's emulator, with no faults and fresh counters for this test."""
+    _hub_session.process.faults()
+    _hub_session.process.reset_stats()
+    yield _hub_session
+    _hub_session.process.faults()
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def run_wlock(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> Result:
+    """The real command line, in a child process, as a user or CI would run it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "wlock", *args], cwd=cwd, capture_output=True, text=True,
+        env={**os.environ, **(env or {})}, timeout=120,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def write_project(folder: Path, manifest: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "weights.toml").write_text(manifest, encoding="utf-8")
+    return folder

@@ -1,0 +1,96 @@
+"""The resolver's decisions, with the Hub replaced by a table of snapshots (a parameter of
+plan_lock, not a mock of our code); the real Hub path is in tests/integration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wlock.errors import InvalidFileError, UsageError
+from wlock.hub import RemoteSnapshot
+from wlock.manifest import read_manifest
+from wlock.models import LockedFile, ManifestEntry
+from wlock.resolve import diff_locks, plan_lock, select_files
+
+C1, C2 = "1" * 40, "2" * 40
+FILES = (
+    LockedFile(path="config.json", size=1, git_sha1="a" * 40),
+    LockedFile(path="model.safetensors", size=2, sha256="b" * 64),
+    LockedFile(path="onnx/model.onnx", size=3, sha256="c" * 64),
+)
+
+
+def test_select_files_follows_snapshot_download_globs() -> None:
+    kept, unmatched = select_files(FILES, ("*.json", "onnx/"), ())
+    assert [f.path for f in kept] == ["config.json", "onnx/model.onnx"]
+    assert unmatched == ()
+    kept, unmatched = select_files(FILES, (), ("*.onnx", "*.bin"))
+    assert [f.path for f in kept] == ["config.json", "model.safetensors"]
+    assert unmatched == ("*.bin",)
+
+
+class FakeHub:
+    def __init__(self) -> None:
+        self.heads = {"acme/a": C1, "acme/b": C1}
+        self.calls: list[str] = []
+
+    def __call__(self, entry: ManifestEntry) -> RemoteSnapshot:
+        self.calls.append(entry.id)
+        return RemoteSnapshot(kind=entry.kind, requested_id=entry.id, hub_id=entry.id,
+                              revision=self.heads[entry.id], files=FILES)
+
+
+def manifest(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / "weights.toml"
+    path.write_text(text, encoding="utf-8")
+    return read_manifest(path)
+
+
+def test_pins_are_kept_until_asked_to_move(tmp_path: Path) -> None:
+    m = manifest(tmp_path, '[[model]]\nid = "acme/a"\n[[model]]\nid = "acme/b"\n')
+    hub = FakeHub()
+    first = plan_lock(m, None, hub).lock
+    assert hub.calls == ["acme/a", "acme/b"]
+    hub.heads = {"acme/a": C2, "acme/b": C2}
+    hub.calls.clear()
+    again = plan_lock(m, first, hub)
+    assert hub.calls == [] and again.lock == first and again.changes == ()
+    one = plan_lock(m, first, hub, upgrade_packages=["acme/b"])
+    assert hub.calls == ["acme/b"]
+    assert [c.render() for c in one.changes] == ["acme/b  main  1111111 -> 2222222"]
+    every = plan_lock(m, first, hub, upgrade=True)
+    assert {r.revision for r in every.lock.repos} == {C2}
+
+
+def test_changed_entry_is_re_resolved_and_removed_one_reported(tmp_path: Path) -> None:
+    hub = FakeHub()
+    first = plan_lock(manifest(tmp_path, '[[model]]\nid = "acme/a"\n[[model]]\nid = "acme/b"\n'),
+                      None, hub).lock
+    hub.calls.clear()
+    m2 = manifest(tmp_path, '[[model]]\nid = "acme/a"\ninclude = ["*.json"]\n')
+    result = plan_lock(m2, first, hub)
+    assert hub.calls == ["acme/a"]
+    assert [f.path for f in result.lock.repos[0].files] == ["config.json"]
+    assert [c.render() for c in result.changes] == ["acme/b  main  1111111 -> (removed)"]
+
+
+def test_glob_matching_nothing_names_the_line(tmp_path: Path) -> None:
+    m = manifest(tmp_path, '[[model]]\nid = "acme/a"\nref = "main"\nexclude = ["*.gguf"]\n')
+    with pytest.raises(InvalidFileError) as excinfo:
+        plan_lock(m, None, FakeHub())
+    assert str(excinfo.value) == (
+        f"{tmp_path}/weights.toml:4: `model.exclude`: '*.gguf' matches no file of acme/a at 1111111"
+    )
+
+
+def test_upgrade_package_must_be_in_the_manifest(tmp_path: Path) -> None:
+    m = manifest(tmp_path, '[[model]]\nid = "acme/a"\n')
+    with pytest.raises(UsageError, match="--upgrade-package acme/zzz: not in"):
+        plan_lock(m, None, FakeHub(), upgrade_packages=["acme/zzz"])
+
+
+def test_diff_of_identical_locks_is_empty(tmp_path: Path) -> None:
+    lock = plan_lock(manifest(tmp_path, '[[model]]\nid = "acme/a"\n'), None, FakeHub()).lock
+    assert diff_locks(lock, lock) == ()
+    assert [c.render() for c in diff_locks(None, lock)] == ["acme/a  main  (new) -> 1111111"]
