@@ -31,6 +31,7 @@ T = TypeVar("T")
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 MAX_ATTEMPTS = 6
+MAX_TRANSPORT_ATTEMPTS = 4
 MAX_RETRY_AFTER = 60.0
 
 
@@ -113,7 +114,9 @@ class HubClient:
                 self._sleep(_retry_delay(attempt, e.response.headers.get("Retry-After")))
             except httpx2.TransportError as e:
                 # huggingface_hub lets its transport's errors through (connect, read, timeout).
-                if attempt == MAX_ATTEMPTS:
+                # A dropped connection is worth a few quick retries; a refused one rarely
+                # heals within seconds, so these stop sooner than 429s and 5xx.
+                if attempt >= MAX_TRANSPORT_ATTEMPTS:
                     raise HubUnreachableError(
                         f"cannot reach {self.endpoint} for {kind} {repo_id}: {e}",
                         repo=repo_id,

@@ -1,0 +1,278 @@
+"""`wlock lock` and the manifest commands through the real command line, against the
+emulator over HTTP: exit codes and the exact messages a user sees."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Hub, run_wlock, write_project
+from wlock.lockfile import read_lock
+
+DEAD_ENDPOINT = "http://127.0.0.1:9"  # the discard port: nothing listens on loopback
+
+
+def make_repo(hub: Hub, stem: str, kind: str = "model") -> tuple[str, str]:
+    repo_id = hub.unique_id(stem)
+    sha = hub.builder.commit(kind, repo_id, {"config.json": b'{"v": 1}\n',
+                                             "model.safetensors": b"\x00" * 1024})
+    return repo_id, sha
+
+
+def test_lock_writes_then_rewrites_nothing(hub: Hub, tmp_path: Path) -> None:
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n\n'
+                                      '[[dataset]]\nid = "acme/tiny-squad"\nref = "v1.0"\n')
+    first = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert first.code == 0, first.stderr
+    lock = read_lock(project / "weights.lock")
+    assert [r.id for r in lock.repos] == ["acme/tiny-bert", "acme/tiny-squad"]
+    bert = lock.repos[0]
+    assert first.stdout.splitlines() == [
+        f"acme/tiny-bert  main  (new) -> {bert.revision[:7]}",
+        f"acme/tiny-squad  v1.0  (new) -> {lock.repos[1].revision[:7]}",
+    ]
+    assert first.stderr.startswith("Wrote weights.lock: 2 repos, 13 files, 394.8 kB in ")
+    stat = (project / "weights.lock").stat()
+    hub.process.reset_stats()
+    second = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert second.code == 0 and second.stdout == ""
+    assert second.stderr.startswith("Unchanged: weights.lock: 2 repos")
+    assert (project / "weights.lock").stat().st_mtime_ns == stat.st_mtime_ns
+    assert hub.process.stats()["requests"]["hub"] == 0
+
+
+def test_moved_branch_keeps_the_pin_until_upgraded(hub: Hub, tmp_path: Path) -> None:
+    repo_id, old = make_repo(hub, "moving")
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\nref = "main"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    new = hub.builder.commit("model", repo_id, {"config.json": b'{"v": 2}\n'})
+    assert new != old
+
+    kept = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert kept.code == 0 and read_lock(project / "weights.lock").repos[0].revision == old
+    check = run_wlock("lock", "--check", "--endpoint", DEAD_ENDPOINT, cwd=project)
+    assert check.code == 0, check.stderr
+    assert check.stderr == "weights.lock is up to date (1 repos, 2 files, 1.0 kB).\n"
+
+    before = (project / "weights.lock").read_bytes()
+    dry = run_wlock("lock", "--upgrade-package", repo_id, "--dry-run", "--endpoint",
+                    hub.endpoint, cwd=project)
+    assert dry.code == 0
+    assert dry.stdout == f"{repo_id}  main  {old[:7]} -> {new[:7]}\n"
+    assert dry.stderr == "Would write weights.lock: 1 change(s). (--dry-run: nothing written)\n"
+    assert (project / "weights.lock").read_bytes() == before
+
+    moved = run_wlock("lock", "--upgrade-package", repo_id, "--endpoint", hub.endpoint,
+                      cwd=project)
+    assert moved.code == 0 and moved.stdout == f"{repo_id}  main  {old[:7]} -> {new[:7]}\n"
+    locked = read_lock(project / "weights.lock").repos[0]
+    assert locked.revision == new
+    assert {f.path: f.size for f in locked.files} == {"config.json": 9,
+                                                      "model.safetensors": 1024}
+
+
+def test_check_reports_a_stale_lock_with_exit_3_and_no_request(hub: Hub, tmp_path: Path) -> None:
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n')
+    missing = run_wlock("lock", "--check", cwd=project)
+    assert missing.code == 3
+    assert missing.stderr == (
+        f"error: weights.lock needs to be updated, but `--check` was provided: "
+        f"{project}/weights.lock does not exist\n"
+        "hint: To update the lock file, run `wlock lock`.\n"
+    )
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    (project / "weights.toml").write_text(
+        '[[model]]\nid = "acme/tiny-bert"\ninclude = ["*.json"]\n\n'
+        '[[dataset]]\nid = "acme/tiny-squad"\n'
+    )
+    stale = run_wlock("lock", "--check", "--endpoint", DEAD_ENDPOINT, cwd=project)
+    assert stale.code == 3
+    assert stale.stderr == (
+        "error: weights.lock needs to be updated, but `--check` was provided: weights.toml has "
+        "changed (added acme/tiny-squad; changed acme/tiny-bert)\n"
+        "hint: To update the lock file, run `wlock lock`.\n"
+    )
+
+
+def test_comment_only_edits_keep_the_lock_fresh(hub: Hub, tmp_path: Path) -> None:
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    (project / "weights.toml").write_text('# pinned for the paper\n[[model]]\n'
+                                          'id = "acme/tiny-bert"   # encoder\nref = "main"\n')
+    assert run_wlock("lock", "--check", cwd=project).code == 0
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n')
+    unknown = run_wlock("lock", "--frobnicate", cwd=project)
+    assert unknown.code == 2 and unknown.stderr.endswith("Error: No such option '--frobnicate'.\n")
+    package = run_wlock("lock", "--upgrade-package", "acme/other", cwd=project)
+    assert package.code == 2
+    assert package.stderr == (
+        f"error: --upgrade-package acme/other: not in {project}/weights.toml\n"
+        "hint: Entries are: acme/tiny-bert.\n"
+    )
+    both = run_wlock("lock", "--check", "--dry-run", cwd=project)
+    assert both.code == 2 and "--check and --dry-run cannot be used together" in both.stderr
+    bad_add = run_wlock("add", "not a repo", cwd=project)
+    assert bad_add.code == 2
+    assert bad_add.stderr == (
+        "error: 'not a repo' is not a Hub repo id\nhint: Write it as `org/name[@ref]`.\n"
+    )
+
+
+def test_invalid_manifest_exits_4_naming_file_line_and_key(hub: Hub, tmp_path: Path) -> None:
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\nrevision = "main"\n')
+    result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 4
+    assert result.stderr == (
+        f"error: {project}/weights.toml:3: `model.revision`: unknown key\n"
+        "hint: An entry takes id, ref, include, exclude.\n"
+    )
+    write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\ninclude = ["*.gguf"]\n')
+    glob = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert glob.code == 4
+    assert glob.stderr.startswith(
+        f"error: {project}/weights.toml:3: `model.include`: '*.gguf' matches no file of "
+        "acme/tiny-bert at "
+    )
+    assert not (project / "weights.lock").exists()
+    nowhere = run_wlock("lock", cwd=tmp_path / "..")
+    assert nowhere.code == 4 and "weights.toml: not found in" in nowhere.stderr
+
+
+def test_hub_errors_exit_5_with_the_repo_and_what_to_do(hub: Hub, tmp_path: Path) -> None:
+    project = write_project(tmp_path, '[[model]]\nid = "acme/nope"\n')
+    missing = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert missing.code == 5
+    assert missing.stderr == (
+        f"error: model acme/nope was not found on {hub.endpoint}\n"
+        "hint: Check the id in weights.toml; if the repo is private, set HF_TOKEN (or pass "
+        "--token) with a token that has access.\n"
+    )
+    write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\nref = "v9"\n')
+    revision = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert revision.code == 5
+    assert revision.stderr == (
+        "error: model acme/tiny-bert: revision 'v9' not found\n"
+        "hint: Check `ref` in weights.toml: a branch, a tag or a 40-hex commit.\n"
+    )
+    unreachable = run_wlock("lock", "--endpoint", DEAD_ENDPOINT, cwd=project)
+    assert unreachable.code == 5
+    assert unreachable.stderr.startswith(f"error: cannot reach {DEAD_ENDPOINT} for model ")
+
+
+def test_gated_repo_needs_a_token_and_the_token_is_never_shown(hub: Hub, tmp_path: Path) -> None:
+    secret = "hf_SECRETsecretSECRET1234567890"
+    hub.process.faults({"action": "status", "match": "/api/models/acme/gated-llama",
+                        "status": 403, "error_code": "GatedRepo",
+                        "message": "Access to model acme/gated-llama is restricted."})
+    project = write_project(tmp_path, '[[model]]\nid = "acme/gated-llama"\n')
+    result = run_wlock("--debug", "lock", "--endpoint", hub.endpoint, "--token", secret,
+                       cwd=project)
+    assert result.code == 5
+    assert result.stderr.endswith(
+        "error: model acme/gated-llama is gated and this request was refused (403)\n"
+        "hint: Accept its terms on the Hub, then set HF_TOKEN (or pass --token) with a token "
+        "that has access.\n"
+    )
+    assert secret not in result.stdout + result.stderr
+    hub.process.faults()
+    ok = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project, env={"HF_TOKEN": secret})
+    assert ok.code == 0 and secret not in ok.stdout + ok.stderr
+    assert secret not in (project / "weights.lock").read_text()
+    assert [r for r in hub.process.stats()["log"] if r["auth"]], "the token was sent to the Hub"
+
+
+def test_rate_limits_and_server_errors_are_retried(hub: Hub, tmp_path: Path) -> None:
+    hub.process.faults(
+        {"action": "status", "match": "/api/models/acme/tiny-bert", "status": 429,
+         "retry_after": 1, "times": 2},
+        {"action": "status", "match": "/api/datasets/acme/tiny-squad", "status": 503,
+         "times": 1},
+    )
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n\n'
+                                      '[[dataset]]\nid = "acme/tiny-squad"\n')
+    result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 0, result.stderr
+    paths = [r["path"] for r in hub.process.stats()["log"]]
+    assert sum("/api/models/acme/tiny-bert" in p for p in paths) == 3
+    assert sum("/api/datasets/acme/tiny-squad" in p for p in paths) == 2
+
+
+def test_persistent_rate_limit_gives_up_with_exit_5(hub: Hub, tmp_path: Path) -> None:
+    hub.process.faults({"action": "status", "match": "/api/models/", "status": 429,
+                        "retry_after": 0})
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n')
+    result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 5
+    assert result.stderr.startswith(
+        "error: model acme/tiny-bert: the Hub is rate limiting us (429) after 6 attempts\n"
+    )
+
+
+def test_malicious_listing_is_refused(hub: Hub, tmp_path: Path) -> None:
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n')
+    for name in ("../../../.bashrc", "/etc/passwd", "a\\b.json", "x/../../y"):
+        hub.process.faults({"action": "inject_file", "match": "acme/tiny-bert", "name": name})
+        result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+        assert result.code == 5, name
+        assert result.stderr.startswith(
+            f"error: acme/tiny-bert: the Hub listed an unsafe file path {name!r}"
+        )
+        assert not (project / "weights.lock").exists()
+
+
+def test_renamed_repo_is_locked_with_a_warning(hub: Hub, tmp_path: Path) -> None:
+    project = write_project(tmp_path, '[[model]]\nid = "acme/old-tiny-bert"\n')
+    result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 0
+    assert "warning: acme/old-tiny-bert was renamed to acme/tiny-bert on the Hub" in result.stderr
+
+
+def test_json_report(hub: Hub, tmp_path: Path) -> None:
+    import json
+
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\ninclude = ["*.json"]\n')
+    result = run_wlock("lock", "--json", "--endpoint", hub.endpoint, cwd=project)
+    report = json.loads(result.stdout)
+    assert report["written"] is True and report["files"] == 2
+    assert report["changes"][0]["id"] == "acme/tiny-bert" and report["changes"][0]["old"] is None
+
+
+def test_read_only_project_exits_6(hub: Hub, tmp_path: Path) -> None:
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        write_project(mount, '[[model]]\nid = "acme/tiny-bert"\n')
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=mount)
+        assert result.code == 6
+        assert result.stderr == (
+            f"error: cannot write {mount}/weights.lock: Read-only file system\n"
+            "hint: Check that the folder exists, is writable and has free space.\n"
+        )
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_init_add_remove_round_trip(tmp_path: Path) -> None:
+    assert run_wlock("init", cwd=tmp_path).code == 0
+    added = run_wlock("add", "acme/tiny-bert@v1.0", "--include", "*.json", cwd=tmp_path)
+    assert added.code == 0
+    assert added.stderr == (
+        f"Added model acme/tiny-bert in {tmp_path}/weights.toml. Run `wlock lock` to pin it.\n"
+    )
+    text = (tmp_path / "weights.toml").read_text()
+    assert text.startswith("# weights.toml: the models and datasets this project uses")
+    assert text.endswith('[[model]]\nid = "acme/tiny-bert"\nref = "v1.0"\ninclude = ["*.json"]\n')
+    removed = run_wlock("remove", "acme/tiny-bert", "--dataset", cwd=tmp_path)
+    assert removed.code == 2
+    assert removed.stderr.endswith("hint: It is listed as a model: leave out --dataset.\n")
+    assert run_wlock("remove", "acme/tiny-bert", cwd=tmp_path).code == 0
+    assert "[[model]]\nid" not in (tmp_path / "weights.toml").read_text()
