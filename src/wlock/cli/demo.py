@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 import click
 
-DEMO_MANIFEST = """\
-# The demo project: two repos from the bundled example Hub.
-[[model]]
-id = "acme/tiny-bert"
-ref = "main"
-exclude = ["onnx/"]
-
-[[dataset]]
-id = "acme/tiny-squad"
-ref = "v1.0"
-include = ["data/*.parquet", "README.md"]
-"""
-
 
 def run_demo() -> None:
     from wlock.cli import main as wlock_main
+    from wlock.hubserver.fixtures import example_manifest
     from wlock.hubserver.process import HubProcess
 
     with tempfile.TemporaryDirectory(prefix="wlock-demo-") as tmp:
@@ -33,7 +22,7 @@ def run_demo() -> None:
         click.echo(f"Starting the example Hub (store: {store}) ...", err=True)
         with HubProcess(store, fixtures=True) as hub:
             click.echo(f"Example Hub at {hub.endpoint} (CDN at {hub.cdn}).", err=True)
-            (project / "weights.toml").write_text(DEMO_MANIFEST, encoding="utf-8")
+            shutil.copyfile(example_manifest(), project / "weights.toml")
             os.environ["HF_HOME"] = str(root / "hf-home")
             steps = [
                 ["lock", "--project", str(project), "--endpoint", hub.endpoint],

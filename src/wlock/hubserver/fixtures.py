@@ -27,6 +27,14 @@ def bundled_fixtures() -> Path:
     raise FileNotFoundError("wlock's fixture repos are not installed (fixtures/hub)")
 
 
+def example_manifest() -> Path:
+    """The example project's weights.toml (fixtures/example), locked in weights.lock.example."""
+    packaged = Path(__file__).with_name("example") / "weights.toml"
+    if packaged.is_file():
+        return packaged
+    return Path(__file__).resolve().parents[3] / "fixtures" / "example" / "weights.toml"
+
+
 def build_fixture_store(store_root: Path, fixtures: Path | None = None) -> StoreBuilder:
     """Write every fixture repo into a store at `store_root`; returns the builder for more."""
     fixtures = fixtures or bundled_fixtures()

@@ -16,6 +16,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import re
 import shutil
 import threading
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ LFS_PATTERNS = (
     "*.ot", "*.parquet", "*.pb", "*.pickle", "*.pkl", "*.pt", "*.pth", "*.rar",
     "*.safetensors", "*.tar", "*.tflite", "*.tgz", "*.wasm", "*.xz", "*.zip", "*.zst",
 )
+_LFS_NAME = re.compile("|".join(fnmatch.translate(p) for p in LFS_PATTERNS))
 LFS_SIZE_THRESHOLD = 10 * 1024 * 1024
 DEFAULT_DATE = "2026-01-01T00:00:00.000Z"
 
@@ -250,7 +252,7 @@ class StoreBuilder:
             sha256, size, content_oid = self.add_object(source)
             is_lfs = lfs if lfs is not None else (
                 size > LFS_SIZE_THRESHOLD
-                or any(fnmatch.fnmatch(path.rsplit("/", 1)[-1], p) for p in LFS_PATTERNS)
+                or _LFS_NAME.match(path.rsplit("/", 1)[-1]) is not None
             )
             blob_id = git_blob_id(lfs_pointer(sha256, size)) if is_lfs else content_oid
             table[path] = {"size": size, "sha256": sha256, "blob_id": blob_id, "lfs": is_lfs}
