@@ -22,7 +22,8 @@ from wlock.hubserver.process import HubProcess
 from wlock.hubserver.store import StoreBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORDINGS = ROOT.parent / "shared" / "hub-recordings"
+# Real answers of huggingface.co, copied from ../shared/hub-recordings (see its README.md).
+RECORDINGS = ROOT / "fixtures" / "hub-recordings"
 GATED_TOKEN = "hf_demo_gated_access"  # granted in fixtures/hub/models/acme/gated-llama
 
 _ids = itertools.count()

@@ -11,8 +11,6 @@ from tests.conftest import RECORDINGS
 from wlock.errors import UnsafePathError
 from wlock.hub import files_from_siblings, files_from_tree
 
-pytestmark = pytest.mark.skipif(not RECORDINGS.is_dir(), reason="shared/hub-recordings missing")
-
 
 def test_repo_info_with_blobs_parses_into_locked_files() -> None:
     data = json.loads(
