@@ -18,7 +18,7 @@ from wlock.hubserver.store import StoreBuilder
 
 def bundled_fixtures() -> Path:
     """The fixture folder: in the wheel beside this module, or in the source checkout."""
-    packaged = Path(__file__).with_name("fixtures")
+    packaged = Path(__file__).with_name("fixture_repos")
     if packaged.is_dir():
         return packaged
     checkout = Path(__file__).resolve().parents[3] / "fixtures" / "hub"
@@ -29,7 +29,7 @@ def bundled_fixtures() -> Path:
 
 def example_manifest() -> Path:
     """The example project's weights.toml (fixtures/example), locked in weights.lock.example."""
-    packaged = Path(__file__).with_name("example") / "weights.toml"
+    packaged = Path(__file__).with_name("fixture_example") / "weights.toml"
     if packaged.is_file():
         return packaged
     return Path(__file__).resolve().parents[3] / "fixtures" / "example" / "weights.toml"
