@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from wlock.atomic import write_text_atomic
-from wlock.errors import InvalidFileError
-from wlock.models import REPO_KINDS, Lock, LockedFile, LockedRepo, RepoKind
+from wlock.errors import InvalidFileError, LockStaleError
+from wlock.models import REPO_KINDS, Lock, LockedFile, LockedRepo, Manifest, RepoKind
 from wlock.tomlpos import TomlLocator, line_of_decode_error
 
 LOCK_NAME = "weights.lock"
@@ -37,6 +37,36 @@ def safe_repo_path(path: str) -> bool:
     if not path or "\\" in path or "\x00" in path or path.startswith("/"):
         return False
     return all(part not in ("", ".", "..") for part in path.split("/"))
+
+
+# -- freshness --------------------------------------------------------------------------------
+
+
+def is_fresh(manifest: Manifest, lock: Lock | None) -> bool:
+    """True when the lock was made from exactly these manifest entries: no network needed."""
+    return lock is not None and lock.manifest_digest == manifest.digest
+
+
+def stale_error(
+    manifest: Manifest, lock_path: Path, lock: Lock | None, flag: str
+) -> LockStaleError:
+    if lock is None:
+        reason = f"{lock_path} does not exist"
+    else:
+        wanted = {e.key: e for e in manifest.entries}
+        locked = {r.key: r for r in lock.repos}
+        added = sorted(e.id for k, e in wanted.items() if k not in locked)
+        removed = sorted(r.id for k, r in locked.items() if k not in wanted)
+        changed = sorted(
+            e.id for k, e in wanted.items() if k in locked and e.selection != locked[k].selection
+        )
+        parts = [f"{label} {', '.join(ids)}" for label, ids in
+                 (("added", added), ("removed", removed), ("changed", changed)) if ids]
+        reason = f"weights.toml has changed ({'; '.join(parts) or 'entries differ'})"
+    return LockStaleError(
+        f"{lock_path.name} needs to be updated, but `{flag}` was provided: {reason}",
+        hint="To update the lock file, run `wlock lock`.",
+    )
 
 
 # -- writing ----------------------------------------------------------------------------------

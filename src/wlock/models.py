@@ -110,3 +110,98 @@ class LockResult:
     changes: tuple[LockChange, ...]
     written: bool
     renamed: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RepoSyncPlan:
+    """What one locked repo needs in the cache; computed from `stat` alone."""
+
+    repo: LockedRepo
+    fetch: tuple[LockedFile, ...]  # blob missing: download (one per distinct blob)
+    corrupt: tuple[LockedFile, ...]  # blob present with the wrong size: download again
+    link: tuple[LockedFile, ...]  # blob present (maybe from another revision): link only
+    present: tuple[LockedFile, ...]
+    ref: str | None  # refs/<name> to write, when missing or pointing elsewhere
+
+    @property
+    def downloads(self) -> tuple[LockedFile, ...]:
+        """Files whose blob must be fetched, each blob once."""
+        seen: set[str] = set()
+        out = []
+        for f in (*self.fetch, *self.corrupt):
+            if f.etag not in seen:
+                seen.add(f.etag)
+                out.append(f)
+        return tuple(out)
+
+    @property
+    def needs_work(self) -> bool:
+        return bool(self.fetch or self.corrupt or self.link or self.ref)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPlan:
+    cache_dir: str
+    repos: tuple[RepoSyncPlan, ...]
+
+    @property
+    def bytes_to_fetch(self) -> int:
+        return sum(f.size for r in self.repos for f in r.downloads)
+
+    @property
+    def files_to_fetch(self) -> int:
+        return sum(len(r.downloads) for r in self.repos)
+
+    @property
+    def files_present(self) -> int:
+        return sum(len(r.present) for r in self.repos)
+
+    @property
+    def is_noop(self) -> bool:
+        return not any(r.needs_work for r in self.repos)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    plan: SyncPlan
+    fetched_files: int
+    fetched_bytes: int
+    linked: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One way the cache differs from the lock."""
+
+    kind: Literal["missing", "wrong-size", "wrong-hash", "wrong-link", "wrong-ref"]
+    repo_kind: RepoKind
+    repo_id: str
+    path: str
+    expected: str
+    actual: str
+
+    def render(self) -> str:
+        what = {
+            "missing": "missing",
+            "wrong-size": "wrong size",
+            "wrong-hash": "wrong bytes",
+            "wrong-link": "wrong link",
+            "wrong-ref": "wrong ref",
+        }[self.kind]
+        detail = f"expected {self.expected}, found {self.actual}"
+        return f"{what}: {self.repo_kind} {self.repo_id}: {self.path}: {detail}"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    cache_dir: str
+    repos: int
+    files: int
+    bytes_hashed: int
+    problems: tuple[Problem, ...]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems

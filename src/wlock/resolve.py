@@ -11,9 +11,9 @@ from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from wlock.errors import InvalidFileError, LockStaleError, UsageError
+from wlock.errors import InvalidFileError, UsageError
 from wlock.hub import HubClient, RemoteSnapshot
-from wlock.lockfile import LOCK_NAME, read_lock, write_lock
+from wlock.lockfile import LOCK_NAME, is_fresh, read_lock, stale_error, write_lock
 from wlock.manifest import glob_line, read_manifest
 from wlock.models import (
     REPO_KINDS,
@@ -49,33 +49,6 @@ def select_files(
         and not any(fnmatch.fnmatch(f.path, norm(p)) for p in exclude)
     )
     return kept, unmatched
-
-
-def is_fresh(manifest: Manifest, lock: Lock | None) -> bool:
-    """True when the lock was made from exactly these manifest entries: no network needed."""
-    return lock is not None and lock.manifest_digest == manifest.digest
-
-
-def stale_error(
-    manifest: Manifest, lock_path: Path, lock: Lock | None, flag: str
-) -> LockStaleError:
-    if lock is None:
-        reason = f"{lock_path} does not exist"
-    else:
-        wanted = {e.key: e for e in manifest.entries}
-        locked = {r.key: r for r in lock.repos}
-        added = sorted(e.id for k, e in wanted.items() if k not in locked)
-        removed = sorted(r.id for k, r in locked.items() if k not in wanted)
-        changed = sorted(
-            e.id for k, e in wanted.items() if k in locked and e.selection != locked[k].selection
-        )
-        parts = [f"{label} {', '.join(ids)}" for label, ids in
-                 (("added", added), ("removed", removed), ("changed", changed)) if ids]
-        reason = f"weights.toml has changed ({'; '.join(parts) or 'entries differ'})"
-    return LockStaleError(
-        f"{lock_path.name} needs to be updated, but `{flag}` was provided: {reason}",
-        hint="To update the lock file, run `wlock lock`.",
-    )
 
 
 def plan_lock(

@@ -15,8 +15,10 @@ import traceback
 import click
 
 from wlock import __version__
+from wlock.cli.check_cmd import check
 from wlock.cli.lock_cmd import lock
 from wlock.cli.manifest_cmds import add, init, remove
+from wlock.cli.sync_cmd import sync
 from wlock.errors import ExitCode, WlockError
 
 
@@ -26,6 +28,8 @@ from wlock.errors import ExitCode, WlockError
 Start a project:
   wlock init && wlock add sentence-transformers/all-MiniLM-L6-v2
   wlock lock            # pin every entry to a commit, every file to a hash
+  wlock sync            # exactly the locked files, into $HF_HOME/hub, verified
+  wlock check           # re-hash the cache against the lock, offline
 \b
 Try it on the bundled example Hub, offline:
   wlock demo
@@ -41,13 +45,13 @@ def cli(debug: bool) -> None:
         os.environ["WLOCK_DEBUG"] = "1"
 
 
-for command in (init, add, remove, lock):
+for command in (init, add, remove, lock, sync, check):
     cli.add_command(command)
 
 
 @cli.command()
 def demo() -> None:
-    """Run lock against the bundled example Hub on 127.0.0.1, in a temp project."""
+    """Run lock, sync and check against the bundled example Hub on 127.0.0.1."""
     from wlock.cli.demo import run_demo
 
     run_demo()

@@ -1,4 +1,4 @@
-"""`wlock demo`: the main job, end to end, on the bundled example Hub on loopback."""
+"""`wlock demo`: the main job, end to end (lock, sync, check), on the bundled example Hub."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ def run_demo() -> None:
             steps = [
                 ["lock", "--project", str(project), "--endpoint", hub.endpoint],
                 ["lock", "--check", "--project", str(project)],
+                ["sync", "--project", str(project), "--endpoint", hub.endpoint],
+                ["sync", "--project", str(project)],
+                ["check", "--project", str(project)],
             ]
             for step in steps:
                 click.echo(f"\n$ wlock {' '.join(step)}", err=True)

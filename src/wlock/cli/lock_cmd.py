@@ -8,6 +8,7 @@ import time
 import click
 
 from wlock.cli.options import Settings, common_options
+from wlock.units import human_size
 
 
 @click.command()
@@ -66,7 +67,7 @@ def lock(
         click.echo(change.render())
     repos = len(result.lock.repos)
     files = sum(len(r.files) for r in result.lock.repos)
-    size = _human(sum(r.size for r in result.lock.repos))
+    size = human_size(sum(r.size for r in result.lock.repos))
     if check:
         click.echo(f"weights.lock is up to date ({repos} repos, {files} files, {size}).",
                    err=True)
@@ -77,12 +78,3 @@ def lock(
         verb = "Wrote" if result.written else "Unchanged:"
         click.echo(f"{verb} weights.lock: {repos} repos, {files} files, {size} "
                    f"in {elapsed:.2f}s.", err=True)
-
-
-def _human(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    raise AssertionError("unreachable")

@@ -1,0 +1,63 @@
+"""`wlock check`: verify the bytes in the cache against the lock, offline."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import click
+
+from wlock.cli.options import Settings, common_options
+from wlock.errors import ExitCode
+from wlock.units import human_size
+
+
+@click.command()
+@click.option("--jobs", "-j", type=click.IntRange(1, 256), default=None,
+              help="Files hashed at once (default: one per core).")
+@common_options
+def check(jobs: int | None, settings: Settings) -> None:
+    """Re-hash every locked file in the cache and compare it with weights.lock.
+
+    Reports each missing file, wrong link, wrong size, wrong bytes and wrong ref, with its
+    repo and path; exits 1 if there is any, 0 when the cache is exactly the lock. Makes no
+    network request.
+
+    \b
+    Examples:
+      wlock check
+      wlock check --json > report.json
+      HF_HOME=/nvme/hf wlock check
+    """
+    from wlock.check import check_cache
+    from wlock.cli.progress import make_progress
+    from wlock.lockfile import LOCK_NAME, read_lock
+
+    lock = read_lock(settings.project() / LOCK_NAME)
+    total = sum(r.size for r in lock.repos)
+    progress = make_progress("Checking", total, quiet=settings.json)
+    try:
+        report = check_cache(lock, settings.cache_dir, jobs=jobs,
+                             on_hashed=lambda n: progress.advance("", n))
+    finally:
+        progress.close()
+    if settings.json:
+        click.echo(json.dumps({
+            "ok": report.ok, "cache_dir": report.cache_dir, "repos": report.repos,
+            "files": report.files, "bytes_hashed": report.bytes_hashed,
+            "seconds": round(report.seconds, 3),
+            "problems": [asdict(p) for p in report.problems],
+        }, indent=2))
+    else:
+        for problem in report.problems:
+            click.echo(problem.render())
+        summary = (f"{report.repos} repos, {report.files} files, "
+                   f"{human_size(report.bytes_hashed)} hashed in {report.seconds:.2f}s")
+        if report.ok:
+            click.echo(f"OK: the cache at {report.cache_dir} matches weights.lock ({summary}).",
+                       err=True)
+        else:
+            click.echo(f"{len(report.problems)} problem(s) in {report.cache_dir} ({summary}). "
+                       "Run `wlock sync` to repair.", err=True)
+    if not report.ok:
+        raise SystemExit(ExitCode.CHECK_FAILED)

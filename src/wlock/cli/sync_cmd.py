@@ -1,0 +1,134 @@
+"""`wlock sync`: exactly the lock, into the Hugging Face cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from wlock.cli.options import Settings, common_options
+from wlock.errors import UsageError
+from wlock.models import SyncPlan
+from wlock.units import human_size
+
+
+@click.command()
+@click.option("--locked", is_flag=True,
+              help="Exit 3 if weights.lock is out of date with weights.toml.")
+@click.option("--frozen", is_flag=True, help="Use weights.lock as is; do not read weights.toml.")
+@click.option("--dry-run", is_flag=True, help="Print the plan with byte counts; change nothing.")
+@click.option("--jobs", "-j", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Files downloaded at once (large files each use several connections).")
+@common_options
+def sync(locked: bool, frozen: bool, dry_run: bool, jobs: int, settings: Settings) -> None:
+    """Materialize exactly the locked files into the Hugging Face cache.
+
+    Files already present are not fetched again; a sync with nothing to do makes no network
+    request. Every download is verified against the lock before it becomes visible. After a
+    sync, `from_pretrained(id, revision=<commit>)` works with HF_HUB_OFFLINE=1.
+
+    \b
+    Examples:
+      wlock sync                         # into $HF_HOME/hub
+      wlock sync --locked                # in CI: fail if weights.lock is stale
+      wlock sync --dry-run               # what would be fetched, and how many bytes
+      wlock sync --cache-dir /nvme/hf --jobs 8
+    """
+    from wlock.lockfile import LOCK_NAME, read_lock, stale_error
+    from wlock.sync import execute_plan, plan_sync, preflight
+
+    if locked and frozen:
+        raise UsageError("--locked and --frozen cannot be used together",
+                         hint="--locked checks weights.lock against weights.toml; --frozen "
+                         "skips weights.toml.")
+    project = settings.project()
+    lock_path = project / LOCK_NAME
+    lock = read_lock(lock_path)
+    if not frozen:
+        from wlock.manifest import read_manifest
+
+        manifest = read_manifest(project / "weights.toml")
+        if manifest.digest != lock.manifest_digest:
+            error = stale_error(manifest, lock_path, lock, "--locked")
+            if locked:
+                raise error
+            click.echo(f"warning: {LOCK_NAME} is out of date with weights.toml; syncing the "
+                       "lock as it is. Run `wlock lock` to update it.", err=True)
+
+    plan = plan_sync(lock, settings.cache_dir)
+    if dry_run:
+        _render_plan(plan, settings.json)
+        return
+    if plan.is_noop:
+        if settings.json:
+            click.echo(json.dumps(_plan_json(plan) | {"fetched_files": 0, "fetched_bytes": 0},
+                                  indent=2))
+        else:
+            files = sum(len(r.repo.files) for r in plan.repos)
+            click.echo(f"Already in sync: {len(plan.repos)} repos, {files} files in "
+                       f"{plan.cache_dir}.", err=True)
+        return
+    preflight(plan)
+    from wlock.cli.progress import make_progress
+
+    progress = make_progress("Syncing", plan.bytes_to_fetch, quiet=settings.json)
+    try:
+        result = execute_plan(
+            plan, endpoint=settings.endpoint, token=_token(settings), jobs=jobs,
+            on_start=progress.start, on_bytes=progress.advance, on_done=progress.done,
+        )
+    finally:
+        progress.close()
+    if settings.json:
+        click.echo(json.dumps(_plan_json(plan) | {
+            "fetched_files": result.fetched_files, "fetched_bytes": result.fetched_bytes,
+            "seconds": round(result.seconds, 3),
+        }, indent=2))
+        return
+    touched = sum(len(r.fetch) + len(r.corrupt) + len(r.link) for r in plan.repos)
+    click.echo(
+        f"Synced {len(plan.repos)} repos, {touched} files, {human_size(result.fetched_bytes)} "
+        f"in {result.seconds:.1f}s; {plan.files_present} files already present.", err=True)
+
+
+def _token(settings: Settings) -> str | None:
+    if settings.token:
+        return settings.token
+    from huggingface_hub import get_token  # HF_TOKEN, else the stored `hf auth login`
+
+    return get_token()
+
+
+def _plan_json(plan: SyncPlan) -> dict[str, object]:
+    return {
+        "cache_dir": plan.cache_dir,
+        "repos": [
+            {
+                "kind": r.repo.kind, "id": r.repo.id, "revision": r.repo.revision,
+                "fetch": [f.path for f in r.fetch], "corrupt": [f.path for f in r.corrupt],
+                "link": [f.path for f in r.link], "present": len(r.present), "ref": r.ref,
+                "bytes_to_fetch": sum(f.size for f in r.downloads),
+            }
+            for r in plan.repos
+        ],
+        "bytes_to_fetch": plan.bytes_to_fetch,
+        "files_to_fetch": plan.files_to_fetch,
+    }
+
+
+def _render_plan(plan: SyncPlan, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(_plan_json(plan) | {"dry_run": True}, indent=2))
+        return
+    click.echo(f"Plan for {Path(plan.cache_dir)} (dry run: nothing is changed):")
+    for r in plan.repos:
+        parts = [f"fetch {len(r.downloads)} ({human_size(sum(f.size for f in r.downloads))})"]
+        if r.corrupt:
+            parts.append(f"{len(r.corrupt)} of them corrupt")
+        parts += [f"link {len(r.link)}", f"present {len(r.present)}"]
+        if r.ref:
+            parts.append(f"ref {r.ref}")
+        click.echo(f"  {r.repo.kind} {r.repo.id} @ {r.repo.revision[:7]}: {', '.join(parts)}")
+    click.echo(f"Would fetch {plan.files_to_fetch} files, {human_size(plan.bytes_to_fetch)}; "
+               f"{plan.files_present} files already present.")

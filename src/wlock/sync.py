@@ -1,0 +1,252 @@
+"""Lock + cache -> SyncPlan -> execute. Sync never resolves: it reads the lock.
+
+The plan is data (what is present, missing, corrupt, or only needs a link) computed with `stat`
+alone, so a sync with nothing to do makes no request and returns in milliseconds. Executing it
+fetches each missing blob once, verifies it, publishes it with an atomic rename, then links
+the snapshot and writes the ref, in that order: a snapshot never points at a missing or
+unverified blob, whatever moment a sync is killed at.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from wlock.cache import (
+    RepoPaths,
+    clean_stale_temps,
+    ensure_link,
+    ensure_ref,
+    follows_ref,
+    link_target,
+    publish_blob,
+    temp_blob_path,
+    write_empty_blob,
+)
+from wlock.errors import ExitCode, HubError, LocalError, WlockError
+from wlock.hashing import hash_kind
+from wlock.models import Lock, LockedFile, LockedRepo, RepoSyncPlan, SyncPlan, SyncResult
+from wlock.units import human_size
+
+DEFAULT_JOBS = 4
+
+
+class IntegrityFailure(WlockError):
+    """Downloaded bytes did not match the lock, twice (exit 1)."""
+
+    exit_code = ExitCode.CHECK_FAILED
+
+
+class SyncFailed(WlockError):
+    """Several files failed; the exit code is the most telling of their codes."""
+
+
+def plan_sync(lock: Lock, cache_dir: Path) -> SyncPlan:
+    """Compare the lock with the cache using `readlink`/`stat` only; touches nothing."""
+    return SyncPlan(
+        cache_dir=str(cache_dir), repos=tuple(_plan_repo(r, cache_dir) for r in lock.repos)
+    )
+
+
+def _plan_repo(repo: LockedRepo, cache_dir: Path) -> RepoSyncPlan:
+    paths = RepoPaths.of(cache_dir, repo)
+    fetch, corrupt, link, present = [], [], [], []
+    blob_sizes: dict[str, int | None] = {}
+    for f in repo.files:
+        linked = paths.link(repo.revision, f.path)
+        try:
+            link_ok = os.readlink(linked) == link_target(f.path, f.etag)
+        except OSError:
+            link_ok = False
+        if f.etag not in blob_sizes:
+            try:
+                blob_sizes[f.etag] = os.stat(paths.blob(f.etag)).st_size
+            except OSError:
+                blob_sizes[f.etag] = None
+        size = blob_sizes[f.etag]
+        if size is None:
+            fetch.append(f)
+        elif size != f.size:
+            corrupt.append(f)
+        elif link_ok:
+            present.append(f)
+        else:
+            link.append(f)
+    ref = None
+    if follows_ref(repo):
+        try:
+            current = paths.ref(repo.requested).read_text(encoding="utf-8")
+        except OSError:
+            current = None
+        ref = None if current == repo.revision else repo.requested
+    return RepoSyncPlan(repo=repo, fetch=tuple(fetch), corrupt=tuple(corrupt),
+                        link=tuple(link), present=tuple(present), ref=ref)
+
+
+def free_space(cache_dir: Path) -> tuple[Path, int]:
+    """Free bytes on the filesystem that holds (or will hold) the cache."""
+    probe = cache_dir
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe, shutil.disk_usage(probe).free
+
+
+def preflight(plan: SyncPlan) -> None:
+    """Raise LocalError (exit 6) before any byte is fetched if the cache's disk is too small."""
+    need = plan.bytes_to_fetch
+    if need == 0:
+        return
+    where, free = free_space(Path(plan.cache_dir))
+    if need > free:
+        raise LocalError(
+            f"not enough free space for the cache at {plan.cache_dir}: this sync needs "
+            f"{human_size(need)} and {where} has {human_size(free)} free",
+            hint="Free some space, or point --cache-dir (or HF_HOME) at a larger volume.",
+        )
+
+
+def execute_plan(
+    plan: SyncPlan,
+    *,
+    endpoint: str,
+    token: str | None,
+    jobs: int = DEFAULT_JOBS,
+    on_start: Callable[[str, int], None] | None = None,
+    on_bytes: Callable[[str, int], None] | None = None,
+    on_done: Callable[[str, int], None] | None = None,
+) -> SyncResult:
+    """Fetch, verify, publish, link and ref everything `plan` lists as missing.
+
+    Raises IntegrityFailure (exit 1) when bytes stay wrong after one retry, HubError (5),
+    LocalError (6) when the cache cannot be written; other files still complete first.
+    """
+    started = time.monotonic()
+    cache_dir = Path(plan.cache_dir)
+    work = [r for r in plan.repos if r.needs_work]
+    try:
+        for r in work:
+            paths = RepoPaths.of(cache_dir, r.repo)
+            paths.blobs.mkdir(parents=True, exist_ok=True)
+            paths.snapshot(r.repo.revision).mkdir(parents=True, exist_ok=True)
+            clean_stale_temps(paths, r.repo.revision)
+    except OSError as e:
+        raise _local(e, cache_dir) from e
+
+    failures: list[WlockError] = []
+    failed_blobs: set[tuple[str, str]] = set()
+    downloads = [(r.repo, f) for r in work for f in r.downloads]
+    fetched_bytes = 0
+    if downloads:
+        fetched_bytes, failures, failed_blobs = _download_all(
+            downloads, cache_dir, endpoint, token, jobs, on_start, on_bytes, on_done
+        )
+
+    linked = 0
+    try:
+        for r in work:
+            paths = RepoPaths.of(cache_dir, r.repo)
+            pending = [f for f in (*r.fetch, *r.corrupt, *r.link)
+                       if (r.repo.id, f.etag) not in failed_blobs]
+            for f in pending:
+                linked += ensure_link(paths, r.repo.revision, f)
+            if r.ref and not any(rid == r.repo.id for rid, _ in failed_blobs):
+                ensure_ref(paths, r.ref, r.repo.revision)
+    except OSError as e:
+        raise _local(e, cache_dir) from e
+
+    if failures:
+        if len(failures) == 1:
+            raise failures[0]
+        codes = {f.exit_code for f in failures}
+        code = ExitCode.CHECK_FAILED if ExitCode.CHECK_FAILED in codes else min(codes)
+        error = SyncFailed(
+            f"{len(failures)} files failed:\n" + "\n".join(f"  {f.message}" for f in failures),
+            hint=failures[0].hint,
+        )
+        error.exit_code = code
+        raise error
+    return SyncResult(plan=plan, fetched_files=len(downloads), fetched_bytes=fetched_bytes,
+                      linked=linked, seconds=time.monotonic() - started)
+
+
+def _download_all(
+    downloads: list[tuple[LockedRepo, LockedFile]],
+    cache_dir: Path,
+    endpoint: str,
+    token: str | None,
+    jobs: int,
+    on_start: Callable[[str, int], None] | None,
+    on_bytes: Callable[[str, int], None] | None,
+    on_done: Callable[[str, int], None] | None,
+) -> tuple[int, list[WlockError], set[tuple[str, str]]]:
+    from wlock.transfer import FetchJob, IntegrityError, Transfer
+
+    failures: list[WlockError] = []
+    failed: set[tuple[str, str]] = set()
+    fetched = 0
+
+    def report(job: FetchJob, n: int) -> None:
+        if on_bytes:
+            on_bytes(job.label, n)
+
+    def one(repo: LockedRepo, f: LockedFile) -> int:
+        paths = RepoPaths.of(cache_dir, repo)
+        label = f"{repo.id}/{f.path}"
+        if on_start:
+            on_start(label, f.size)
+        if f.size == 0:
+            write_empty_blob(paths, f)
+        else:
+            for attempt in (1, 2):
+                job = FetchJob(
+                    kind=repo.kind, repo_id=repo.id, revision=repo.revision, path=f.path,
+                    size=f.size, etag=f.etag, hash_kind=hash_kind(f),
+                    temp=temp_blob_path(paths, f.etag),
+                )
+                try:
+                    transfer.fetch(job)
+                    break
+                except IntegrityError as e:
+                    report(job, -f.size)
+                    if attempt == 2:
+                        raise IntegrityFailure(
+                            f"{repo.kind} {repo.id}: {f.path}: downloaded bytes do not match "
+                            f"the lock (expected {hash_kind(f)} {f.etag}, {f.size} bytes; "
+                            f"got {e.actual_hash}, {e.actual_size} bytes)",
+                            hint="The file was refused and not cached. Retry; if it persists, "
+                            "the Hub or a proxy is serving other bytes than the lock names.",
+                        ) from None
+            publish_blob(job.temp, paths.blob(f.etag))
+        if on_done:
+            on_done(label, f.size)
+        return f.size
+
+    with Transfer(endpoint, token, jobs=jobs, on_bytes=report) as transfer, \
+            ThreadPoolExecutor(max_workers=max(jobs, 8)) as pool:
+        # Largest first: the long transfers start at once and the small ones fill the gaps.
+        ordered = sorted(downloads, key=lambda d: -d[1].size)
+        futures = {pool.submit(one, repo, f): (repo, f) for repo, f in ordered}
+        for future in as_completed(futures):
+            repo, f = futures[future]
+            try:
+                fetched += future.result()
+            except (HubError, IntegrityFailure, LocalError) as e:
+                failures.append(e)
+                failed.add((repo.id, f.etag))
+            except OSError as e:
+                failures.append(_local(e, cache_dir))
+                failed.add((repo.id, f.etag))
+    return fetched, failures, failed
+
+
+def _local(e: OSError, cache_dir: Path) -> LocalError:
+    return LocalError(
+        f"cannot write the cache at {cache_dir}: {e.strerror or e}"
+        + (f" ({e.filename})" if e.filename else ""),
+        hint="Check that the cache folder is writable and has free space, or point "
+        "--cache-dir (or HF_HOME) elsewhere.",
+    )

@@ -1,0 +1,317 @@
+"""Bytes from the Hub to a verified temp file.
+
+Large files go through hf_transfer (parallel range requests, in Rust) in worker processes:
+hf_transfer holds the GIL for a whole download, so threads would run them one at a time.
+Small files stream over pooled HTTP connections in threads, hashed as they arrive.
+Nothing here writes into the cache's visible names: the caller publishes a verified file.
+
+The redirect is resolved here first: the token goes only to the endpoint's origin, never to
+the CDN a large file is served from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import quote, urljoin, urlsplit
+
+from wlock import __version__
+from wlock.errors import (
+    GatedRepoError,
+    HubError,
+    HubUnreachableError,
+    RateLimitedError,
+    RepoNotFoundError,
+    RevisionNotFoundError,
+)
+from wlock.hashing import hash_file
+from wlock.models import RepoKind
+
+if TYPE_CHECKING:
+    import httpx2
+
+LARGE_FILE = 8 * 1024 * 1024
+HF_TRANSFER_CHUNK = 8 * 1024 * 1024
+HF_TRANSFER_CONNECTIONS = 8
+MAX_ATTEMPTS = 5
+MAX_RETRY_AFTER = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class FetchJob:
+    """One blob to fetch: where it is on the Hub, what it must hash to, where to write it."""
+
+    kind: RepoKind
+    repo_id: str
+    revision: str
+    path: str
+    size: int
+    etag: str
+    hash_kind: str  # "sha256" | "git-sha1"
+    temp: Path
+
+    @property
+    def label(self) -> str:
+        return f"{self.repo_id}/{self.path}"
+
+
+class IntegrityError(Exception):
+    """The bytes that arrived are not the bytes the lock names."""
+
+    def __init__(self, job: FetchJob, actual_size: int, actual_hash: str) -> None:
+        super().__init__(f"{job.label}: got {actual_size} bytes hashing to {actual_hash}")
+        self.job, self.actual_size, self.actual_hash = job, actual_size, actual_hash
+
+
+class Transfer:
+    """One endpoint, one token, one HTTP pool, and (when needed) a pool of worker processes."""
+
+    def __init__(
+        self, endpoint: str, token: str | None, *, jobs: int,
+        on_bytes: Callable[[FetchJob, int], None] | None = None,
+    ) -> None:
+        import httpx2
+
+        self.endpoint = endpoint.rstrip("/")
+        self._origin = _origin(self.endpoint)
+        self._token = token
+        self._jobs = jobs
+        self._on_bytes = on_bytes or (lambda job, n: None)
+        self._http = httpx2.Client(
+            timeout=httpx2.Timeout(60.0, connect=10.0),
+            limits=httpx2.Limits(max_connections=4 * jobs + 8, max_keepalive_connections=32),
+            headers={"User-Agent": f"wlock/{__version__}"},
+            follow_redirects=False,
+        )
+        self._pool: ProcessPoolExecutor | None = None
+
+    def close(self) -> None:
+        self._http.close()
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+    def __enter__(self) -> Transfer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _headers_for(self, url: str) -> dict[str, str]:
+        headers = {"Accept-Encoding": "identity"}
+        if self._token and _origin(url) == self._origin:
+            headers["Authorization"] = f"Bearer {self._token}"
+        return headers
+
+    # -- the public operation --------------------------------------------------------------
+
+    def fetch(self, job: FetchJob) -> None:
+        """Download `job` into `job.temp` and verify size and hash.
+
+        Retries transient failures (5xx, 429 with Retry-After, dropped connections) with
+        backoff. Raises IntegrityError when the bytes are wrong (the temp file is removed),
+        HubError subclasses when the Hub refuses.
+        """
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                url = self._resolve(job)
+                if job.size >= LARGE_FILE:
+                    actual_hash, actual_size = self._fetch_large(job, url)
+                else:
+                    actual_hash, actual_size = self._fetch_small(job, url)
+                break
+            except _Retryable as e:
+                with contextlib.suppress(FileNotFoundError):
+                    job.temp.unlink()
+                if attempt == MAX_ATTEMPTS:
+                    raise e.final from None
+                time.sleep(e.delay if e.delay is not None else _backoff(attempt))
+        if actual_size != job.size or actual_hash != job.etag:
+            with contextlib.suppress(FileNotFoundError):
+                job.temp.unlink()
+            raise IntegrityError(job, actual_size, actual_hash)
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def _resolve(self, job: FetchJob) -> str:
+        """The URL the bytes come from: the endpoint's own, or the CDN it redirects to."""
+        prefix = "datasets/" if job.kind == "dataset" else ""
+        url = (f"{self.endpoint}/{prefix}{job.repo_id}/resolve/{job.revision}/"
+               f"{quote(job.path)}")
+        for _ in range(10):
+            response = self._request("HEAD", url, job)
+            if response.status_code in (301, 302, 303, 307, 308):
+                target = urljoin(url, response.headers["Location"])
+                if _origin(target) != self._origin:
+                    return target  # a CDN: signed URL, no token
+                url = target
+                continue
+            return url
+        raise HubError(f"{job.label}: too many redirects from {self.endpoint}", repo=job.repo_id)
+
+    def _request(self, method: str, url: str, job: FetchJob) -> httpx2.Response:
+        import httpx2
+
+        try:
+            response = self._http.request(method, url, headers=self._headers_for(url))
+        except httpx2.TransportError as e:
+            raise _Retryable(HubUnreachableError(
+                f"cannot reach {self.endpoint} for {job.label}: {e}", repo=job.repo_id,
+                hint="Check the network, or the endpoint (--endpoint / HF_ENDPOINT).",
+            )) from e
+        if response.status_code < 400:
+            return response
+        raise _classify(response, job)
+
+    def _fetch_small(self, job: FetchJob, url: str) -> tuple[str, int]:
+        import httpx2
+
+        digest = hashlib.sha256() if job.hash_kind == "sha256" else hashlib.sha1(
+            b"blob %d\x00" % job.size, usedforsecurity=False
+        )
+        size = 0
+        try:
+            with self._http.stream("GET", url, headers=self._headers_for(url)) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _classify(response, job)
+                with open(job.temp, "wb") as out:
+                    for chunk in response.iter_raw(1024 * 1024):
+                        out.write(chunk)
+                        digest.update(chunk)
+                        size += len(chunk)
+                        self._on_bytes(job, len(chunk))
+        except httpx2.TransportError as e:  # includes a body cut short
+            self._on_bytes(job, -size)
+            raise _Retryable(HubUnreachableError(
+                f"{job.label}: the connection dropped: {e}", repo=job.repo_id,
+                hint="Retry; check the network.",
+            )) from e
+        if job.hash_kind == "git-sha1" and size != job.size:
+            return _git_blob_id_of(job.temp), size
+        return digest.hexdigest(), size
+
+    def _fetch_large(self, job: FetchJob, url: str) -> tuple[str, int]:
+        if self._pool is None:
+            import multiprocessing
+
+            # spawn, not fork: this process has threads (HTTP pool, progress) to not copy.
+            self._pool = ProcessPoolExecutor(
+                max_workers=self._jobs, mp_context=multiprocessing.get_context("spawn")
+            )
+        future: Future[tuple[str, int]] = self._pool.submit(
+            download_verified, url, str(job.temp), job.hash_kind, self._headers_for(url)
+        )
+        last = 0
+        while True:
+            try:
+                result = future.result(timeout=0.2)
+                break
+            except TimeoutError:
+                last = self._report_progress(job, last)
+            except Exception as e:  # hf_transfer raises plain Exceptions
+                self._on_bytes(job, -last)
+                raise _Retryable(HubUnreachableError(
+                    f"{job.label}: download failed: {e}", repo=job.repo_id,
+                    hint="Retry; check the network and the endpoint.",
+                )) from e
+        self._on_bytes(job, job.size - last)
+        return result
+
+    def _report_progress(self, job: FetchJob, last: int) -> int:
+        # hf_transfer writes ranges in parallel into a sparse file: allocated blocks, not the
+        # size, tell how far it got.
+        try:
+            done = min(job.size, os.stat(job.temp).st_blocks * 512)
+        except FileNotFoundError:
+            return last
+        if done > last:
+            self._on_bytes(job, done - last)
+            return done
+        return last
+
+
+def download_verified(
+    url: str, temp: str, hash_kind: str, headers: dict[str, str]
+) -> tuple[str, int]:
+    """Runs in a worker process: hf_transfer to `temp`, then hash it. Returns (hash, size)."""
+    import hf_transfer
+
+    hf_transfer.download(
+        url=url, filename=temp, max_files=HF_TRANSFER_CONNECTIONS,
+        chunk_size=HF_TRANSFER_CHUNK, parallel_failures=2, max_retries=3, headers=headers,
+    )
+    size = os.stat(temp).st_size
+    return hash_file(Path(temp), hash_kind, size), size
+
+
+class _Retryable(Exception):
+    def __init__(self, final: HubError, delay: float | None = None) -> None:
+        super().__init__(str(final))
+        self.final, self.delay = final, delay
+
+
+def _classify(response: httpx2.Response, job: FetchJob) -> Exception:
+    status, code = response.status_code, response.headers.get("X-Error-Code")
+    where = f"{job.kind} {job.repo_id}"
+    need_token = "set HF_TOKEN (or pass --token) with a token that has access"  # noqa: S105
+    if code == "GatedRepo":
+        return GatedRepoError(
+            f"{where} is gated and the download was refused ({status})", repo=job.repo_id,
+            hint=f"Accept its terms on the Hub, then {need_token}.",
+        )
+    if code == "RepoNotFound":
+        return RepoNotFoundError(
+            f"{where} was not found on the Hub ({status})", repo=job.repo_id,
+            hint=f"If the repo is private, {need_token}; if it was deleted, re-lock.",
+        )
+    if code in ("RevisionNotFound", "EntryNotFound"):
+        what = "commit" if code == "RevisionNotFound" else f"file {job.path!r} at commit"
+        return RevisionNotFoundError(
+            f"{where}: {what} {job.revision[:7]} is no longer on the Hub ({status})",
+            repo=job.repo_id, hint="The history was rewritten upstream: re-lock with "
+            f"`wlock lock --upgrade-package {job.repo_id}`.",
+        )
+    if status == 429:
+        return _Retryable(RateLimitedError(
+            f"{where}: the Hub is rate limiting us (429) after {MAX_ATTEMPTS} attempts",
+            repo=job.repo_id, hint=f"Wait and retry; a token gets higher limits ({need_token}).",
+        ), delay=_retry_after(response.headers.get("Retry-After")))
+    if status >= 500:
+        return _Retryable(HubError(
+            f"{where}: the Hub answered {status} for {job.path!r}", repo=job.repo_id,
+            hint="Retry later.",
+        ))
+    if status in (401, 403):
+        return HubError(f"{where}: unauthorized ({status})", repo=job.repo_id,
+                        hint=f"Your token may be invalid or expired: {need_token}.")
+    return HubError(f"{where}: the Hub answered {status} for {job.path!r}", repo=job.repo_id)
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return min(MAX_RETRY_AFTER, max(0.0, float(value))) if value else None
+    except ValueError:
+        return None
+
+
+def _backoff(attempt: int) -> float:
+    base: float = min(8.0, 0.25 * 2 ** (attempt - 1))
+    return base * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not security
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    parts = urlsplit(url)
+    default = 443 if parts.scheme == "https" else 80
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+def _git_blob_id_of(path: Path) -> str:
+    return hash_file(path, "git-sha1")
