@@ -33,6 +33,7 @@ from wlock.models import Lock, LockedFile, LockedRepo, RepoSyncPlan, SyncPlan, S
 from wlock.units import human_size
 
 DEFAULT_JOBS = 4
+DEFAULT_CONNECTIONS = 8
 
 
 class IntegrityFailure(WlockError):
@@ -115,6 +116,7 @@ def execute_plan(
     endpoint: str,
     token: str | None,
     jobs: int = DEFAULT_JOBS,
+    connections: int = DEFAULT_CONNECTIONS,
     on_start: Callable[[str, int], None] | None = None,
     on_bytes: Callable[[str, int], None] | None = None,
     on_done: Callable[[str, int], None] | None = None,
@@ -142,7 +144,8 @@ def execute_plan(
     fetched_bytes = 0
     if downloads:
         fetched_bytes, failures, failed_blobs = _download_all(
-            downloads, cache_dir, endpoint, token, jobs, on_start, on_bytes, on_done
+            downloads, cache_dir, endpoint, token, jobs, connections, on_start, on_bytes,
+            on_done,
         )
 
     linked = 0
@@ -179,6 +182,7 @@ def _download_all(
     endpoint: str,
     token: str | None,
     jobs: int,
+    connections: int,
     on_start: Callable[[str, int], None] | None,
     on_bytes: Callable[[str, int], None] | None,
     on_done: Callable[[str, int], None] | None,
@@ -225,7 +229,8 @@ def _download_all(
             on_done(label, f.size)
         return f.size
 
-    with Transfer(endpoint, token, jobs=jobs, on_bytes=report) as transfer, \
+    with Transfer(endpoint, token, jobs=jobs, connections=connections,
+                  on_bytes=report) as transfer, \
             ThreadPoolExecutor(max_workers=max(jobs, 8)) as pool:
         # Largest first: the long transfers start at once and the small ones fill the gaps.
         ordered = sorted(downloads, key=lambda d: -d[1].size)

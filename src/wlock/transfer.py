@@ -1,7 +1,8 @@
 """Bytes from the Hub to a verified temp file.
 
-Large files go through hf_transfer (parallel range requests, in Rust) in worker processes:
-hf_transfer holds the GIL for a whole download, so threads would run them one at a time.
+Large files go through hf_transfer (parallel range requests, in Rust) in worker processes
+(wlock.transfer_worker): hf_transfer holds the GIL for a whole download, so threads would run
+them one at a time.
 Small files stream over pooled HTTP connections in threads, hashed as they arrive.
 Nothing here writes into the cache's visible names: the caller publishes a verified file.
 
@@ -13,14 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
+import queue
 import random
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urljoin, urlsplit
 
 from wlock import __version__
@@ -39,8 +44,6 @@ if TYPE_CHECKING:
     import httpx2
 
 LARGE_FILE = 8 * 1024 * 1024
-HF_TRANSFER_CHUNK = 8 * 1024 * 1024
-HF_TRANSFER_CONNECTIONS = 8
 MAX_ATTEMPTS = 5
 MAX_RETRY_AFTER = 60.0
 
@@ -75,7 +78,7 @@ class Transfer:
     """One endpoint, one token, one HTTP pool, and (when needed) a pool of worker processes."""
 
     def __init__(
-        self, endpoint: str, token: str | None, *, jobs: int,
+        self, endpoint: str, token: str | None, *, jobs: int, connections: int = 8,
         on_bytes: Callable[[FetchJob, int], None] | None = None,
     ) -> None:
         import httpx2
@@ -84,6 +87,10 @@ class Transfer:
         self._origin = _origin(self.endpoint)
         self._token = token
         self._jobs = jobs
+        # Measured on 2 cores against the emulator: 4 files x 8 connections took twice as
+        # long as 4 x 2 (bench/sync_throughput.py). The budget is shared by the large files
+        # in flight; raise it (--connections) on a fast network to a distant CDN.
+        self._per_file = max(1, connections // jobs)
         self._on_bytes = on_bytes or (lambda job, n: None)
         self._http = httpx2.Client(
             timeout=httpx2.Timeout(60.0, connect=10.0),
@@ -91,12 +98,12 @@ class Transfer:
             headers={"User-Agent": f"wlock/{__version__}"},
             follow_redirects=False,
         )
-        self._pool: ProcessPoolExecutor | None = None
+        self._workers: _WorkerPool | None = None
 
     def close(self) -> None:
         self._http.close()
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+        if self._workers is not None:
+            self._workers.close()
 
     def __enter__(self) -> Transfer:
         return self
@@ -199,31 +206,33 @@ class Transfer:
         return digest.hexdigest(), size
 
     def _fetch_large(self, job: FetchJob, url: str) -> tuple[str, int]:
-        if self._pool is None:
-            import multiprocessing
+        if self._workers is None:
+            self._workers = _WorkerPool(self._jobs)
+        payload = {"url": url, "temp": str(job.temp), "hash_kind": job.hash_kind,
+                   "headers": self._headers_for(url), "connections": self._per_file}
+        done = threading.Event()
+        outcome: dict[str, Any] = {}
 
-            # spawn, not fork: this process has threads (HTTP pool, progress) to not copy.
-            self._pool = ProcessPoolExecutor(
-                max_workers=self._jobs, mp_context=multiprocessing.get_context("spawn")
-            )
-        future: Future[tuple[str, int]] = self._pool.submit(
-            download_verified, url, str(job.temp), job.hash_kind, self._headers_for(url)
-        )
-        last = 0
-        while True:
+        def run() -> None:
             try:
-                result = future.result(timeout=0.2)
-                break
-            except TimeoutError:
-                last = self._report_progress(job, last)
-            except Exception as e:  # hf_transfer raises plain Exceptions
-                self._on_bytes(job, -last)
-                raise _Retryable(HubUnreachableError(
-                    f"{job.label}: download failed: {e}", repo=job.repo_id,
-                    hint="Retry; check the network and the endpoint.",
-                )) from e
+                outcome.update(self._workers.run(payload))  # type: ignore[union-attr]
+            except OSError as e:
+                outcome.update(ok=False, error=f"the download worker failed: {e}")
+            finally:
+                done.set()
+
+        threading.Thread(target=run, daemon=True).start()
+        last = 0
+        while not done.wait(0.2):
+            last = self._report_progress(job, last)
+        if not outcome.get("ok"):
+            self._on_bytes(job, -last)
+            raise _Retryable(HubUnreachableError(
+                f"{job.label}: download failed: {outcome.get('error')}", repo=job.repo_id,
+                hint="Retry; check the network and the endpoint.",
+            ))
         self._on_bytes(job, job.size - last)
-        return result
+        return str(outcome["hash"]), int(outcome["size"])
 
     def _report_progress(self, job: FetchJob, last: int) -> int:
         # hf_transfer writes ranges in parallel into a sparse file: allocated blocks, not the
@@ -238,18 +247,59 @@ class Transfer:
         return last
 
 
-def download_verified(
-    url: str, temp: str, hash_kind: str, headers: dict[str, str]
-) -> tuple[str, int]:
-    """Runs in a worker process: hf_transfer to `temp`, then hash it. Returns (hash, size)."""
-    import hf_transfer
+class _WorkerPool:
+    """Up to `size` `wlock.transfer_worker` processes, each running one download at a time."""
 
-    hf_transfer.download(
-        url=url, filename=temp, max_files=HF_TRANSFER_CONNECTIONS,
-        chunk_size=HF_TRANSFER_CHUNK, parallel_failures=2, max_retries=3, headers=headers,
-    )
-    size = os.stat(temp).st_size
-    return hash_file(Path(temp), hash_kind, size), size
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._idle: queue.SimpleQueue[subprocess.Popen[str]] = queue.SimpleQueue()
+        self._all: list[subprocess.Popen[str]] = []
+        self._lock = threading.Lock()
+
+    def _checkout(self) -> subprocess.Popen[str]:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            pass
+        with self._lock:
+            if len(self._all) < self._size:
+                worker = subprocess.Popen(
+                    [sys.executable, "-m", "wlock.transfer_worker"], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, text=True, bufsize=1,
+                )
+                self._all.append(worker)
+                return worker
+        return self._idle.get()
+
+    def run(self, payload: dict[str, Any]) -> dict[str, Any]:
+        worker = self._checkout()
+        assert worker.stdin is not None and worker.stdout is not None
+        try:
+            worker.stdin.write(json.dumps(payload) + "\n")
+            worker.stdin.flush()
+            line = worker.stdout.readline()
+        except OSError:
+            line = ""
+        if not line:
+            with self._lock:
+                self._all.remove(worker)
+            worker.kill()
+            return {"ok": False, "error": "the download worker exited"}
+        self._idle.put(worker)
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def close(self) -> None:
+        for worker in self._all:
+            if worker.stdin:
+                worker.stdin.close()
+        for worker in self._all:
+            try:
+                worker.wait(5)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+            if worker.stdout:
+                worker.stdout.close()
 
 
 class _Retryable(Exception):

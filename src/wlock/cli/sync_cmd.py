@@ -20,8 +20,12 @@ from wlock.units import human_size
 @click.option("--dry-run", is_flag=True, help="Print the plan with byte counts; change nothing.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Files downloaded at once (large files each use several connections).")
+@click.option("--connections", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="HTTP connections shared by the large files in flight (hf_transfer ranges).")
 @common_options
-def sync(locked: bool, frozen: bool, dry_run: bool, jobs: int, settings: Settings) -> None:
+def sync(
+    locked: bool, frozen: bool, dry_run: bool, jobs: int, connections: int, settings: Settings
+) -> None:
     """Materialize exactly the locked files into the Hugging Face cache.
 
     Files already present are not fetched again; a sync with nothing to do makes no network
@@ -76,6 +80,7 @@ def sync(locked: bool, frozen: bool, dry_run: bool, jobs: int, settings: Setting
     try:
         result = execute_plan(
             plan, endpoint=settings.endpoint, token=_token(settings), jobs=jobs,
+            connections=connections,
             on_start=progress.start, on_bytes=progress.advance, on_done=progress.done,
         )
     finally:

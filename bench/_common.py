@@ -1,0 +1,56 @@
+"""Shared set-up for the benchmarks: a store with generated repos, the emulator, timings."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+WLOCK = [sys.executable, "-m", "wlock"]
+
+
+def machine() -> str:
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{platform.machine()}, {os.cpu_count()} cores, {mem:.0f} GiB, "
+            f"Python {platform.python_version()}")
+
+
+def random_file(path: Path, size: int) -> Path:
+    """Incompressible bytes, written in 16 MiB pieces."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, 16 * 2**20)
+            f.write(os.urandom(n))
+            left -= n
+    return path
+
+
+def timed(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def run(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    subprocess.run(argv, cwd=cwd, check=True, env={**os.environ, **(env or {})},
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def drop_caches() -> None:
+    """Best effort: makes every run read from disk alike (needs root)."""
+    subprocess.run(["sync"], check=False)
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        pass
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)

@@ -1,0 +1,52 @@
+"""A download worker process: `python -m wlock.transfer_worker`, driven over its stdin/stdout.
+
+hf_transfer holds the GIL for a whole download, so parallel large downloads need processes.
+We start plain child processes rather than a multiprocessing pool: they do not depend on how
+the parent's `__main__` was started (a REPL, `python -c`, a notebook), and the token travels
+through a pipe, never through argv where `ps` would show it.
+
+Protocol: one JSON object per line each way.
+    in:  {"url": ..., "temp": ..., "hash_kind": "sha256" | "git-sha1", "headers": {...},
+          "connections": N}
+    out: {"ok": true, "hash": ..., "size": ...} or {"ok": false, "error": ...}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from wlock.hashing import hash_file
+
+CHUNK = 8 * 1024 * 1024
+
+
+def download_and_hash(
+    url: str, temp: str, hash_kind: str, headers: dict[str, str], connections: int
+) -> dict[str, object]:
+    import hf_transfer
+
+    try:
+        hf_transfer.download(
+            url=url, filename=temp, max_files=connections, chunk_size=CHUNK,
+            parallel_failures=min(2, connections), max_retries=3, headers=headers,
+        )
+        size = os.stat(temp).st_size
+        return {"ok": True, "hash": hash_file(Path(temp), hash_kind, size), "size": size}
+    except Exception as e:  # noqa: BLE001 - hf_transfer raises plain Exceptions; report all
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+
+
+def main() -> None:
+    for line in sys.stdin:
+        job = json.loads(line)
+        result = download_and_hash(job["url"], job["temp"], job["hash_kind"], job["headers"],
+                                   job["connections"])
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
