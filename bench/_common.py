@@ -43,14 +43,5 @@ def run(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = N
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def drop_caches() -> None:
-    """Best effort: makes every run read from disk alike (needs root)."""
-    subprocess.run(["sync"], check=False)
-    try:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-    except OSError:
-        pass
-
-
 def median(values: list[float]) -> float:
     return statistics.median(values)

@@ -23,6 +23,12 @@ from wlock.hubserver.process import HubProcess
 from wlock.hubserver.store import StoreBuilder
 
 
+SNAPSHOT_DOWNLOAD = (
+    "import sys; from huggingface_hub import snapshot_download; "
+    "snapshot_download('bench/shards', cache_dir=sys.argv[1], endpoint=sys.argv[2])"
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--shards", type=int, default=4)
@@ -65,11 +71,8 @@ def main() -> None:
                      "--jobs", str(args.jobs)], cwd=project)))
                 shutil.rmtree(cache)
                 cache = root / f"hf-cache-{i}"
-                code = ("import sys; from huggingface_hub import snapshot_download; "
-                        "snapshot_download('bench/shards', cache_dir=sys.argv[1], "
-                        "endpoint=sys.argv[2])")
                 times["hf"].append(timed(lambda cache=cache: run(
-                    [sys.executable, "-c", code, str(cache), hub.endpoint],
+                    [sys.executable, "-c", SNAPSHOT_DOWNLOAD, str(cache), hub.endpoint],
                     env={"HF_HUB_DISABLE_PROGRESS_BARS": "1"})))
                 shutil.rmtree(cache)
                 dest = root / f"cp-{i}"
