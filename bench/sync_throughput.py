@@ -22,7 +22,6 @@ from _common import WLOCK, machine, median, random_file, run, timed
 from wlock.hubserver.process import HubProcess
 from wlock.hubserver.store import StoreBuilder
 
-
 SNAPSHOT_DOWNLOAD = (
     "import sys; from huggingface_hub import snapshot_download; "
     "snapshot_download('bench/shards', cache_dir=sys.argv[1], endpoint=sys.argv[2])"
