@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 from pathlib import Path
 
 from wlock.errors import LocalError
 
+# Temp names carry the host and pid of their writer, so that a cleaner can tell a dead
+# writer's leftovers from a live one's on a filesystem shared by several nodes.
+HOST = os.uname().nodename.replace(".", "_")
 
-def temp_path_for(target: Path) -> Path:
-    """A sibling of `target` no other process or thread will pick."""
-    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+def temp_path_for(target: Path, suffix: str = ".tmp") -> Path:
+    """A sibling of `target` that no other process, thread or node will pick:
+    `.<name>.<host>.<pid>.<random><suffix>`."""
+    return target.with_name(
+        f".{target.name}.{HOST}.{os.getpid()}.{os.urandom(4).hex()}{suffix}"
+    )
 
 
 def write_bytes_atomic(target: Path, data: bytes) -> None:

@@ -21,17 +21,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from wlock.atomic import HOST, temp_path_for
 from wlock.lockfile import is_commit
 from wlock.models import LockedFile, LockedRepo, RepoKind
 
 TEMP_SUFFIX = ".wlock-incomplete"
-_HOST = socket.gethostname().replace(".", "_")
+LINK_TEMP_SUFFIX = ".wlock-tmp"
 # A temp file from another host is only removed once it is this old: we cannot tell whether
 # its writer is alive, and removing a live writer's file would only cost it a retry.
 FOREIGN_TEMP_AGE = 6 * 3600
@@ -77,7 +76,7 @@ def follows_ref(repo: LockedRepo) -> bool:
 
 
 def temp_blob_path(paths: RepoPaths, etag: str) -> Path:
-    return paths.blobs / f".{etag}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+    return temp_path_for(paths.blob(etag), TEMP_SUFFIX)
 
 
 def publish_blob(tmp: Path, blob: Path) -> None:
@@ -107,7 +106,7 @@ def ensure_link(paths: RepoPaths, revision: str, file: LockedFile) -> bool:
         if link.is_dir() and not link.is_symlink():
             raise
     link.parent.mkdir(parents=True, exist_ok=True)
-    tmp = link.with_name(f".{link.name}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.wlock-tmp")
+    tmp = temp_path_for(link, LINK_TEMP_SUFFIX)
     os.symlink(target, tmp)
     os.replace(tmp, link)
     return True
@@ -121,7 +120,7 @@ def ensure_ref(paths: RepoPaths, name: str, revision: str) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         pass
     ref.parent.mkdir(parents=True, exist_ok=True)
-    tmp = ref.with_name(f".{ref.name}.{_HOST}.{os.getpid()}.{secrets.token_hex(4)}.wlock-tmp")
+    tmp = temp_path_for(ref, LINK_TEMP_SUFFIX)
     tmp.write_text(revision, encoding="utf-8")
     os.replace(tmp, ref)
     return True
@@ -136,7 +135,7 @@ def clean_stale_temps(paths: RepoPaths, revision: str) -> int:
     for folder in folders:
         for dirpath, _, names in os.walk(folder):
             for name in names:
-                if not name.endswith((TEMP_SUFFIX, ".wlock-tmp")):
+                if not name.endswith((TEMP_SUFFIX, LINK_TEMP_SUFFIX)):
                     continue
                 path = os.path.join(dirpath, name)
                 if _stale(name, path, now):
@@ -149,7 +148,7 @@ def clean_stale_temps(paths: RepoPaths, revision: str) -> int:
 def _stale(name: str, path: str, now: float) -> bool:
     # .<name>.<host>.<pid>.<random>.<suffix>: <name> may hold dots, the rest cannot.
     parts = name.rsplit(".", 4)
-    if len(parts) == 5 and parts[1] == _HOST and parts[2].isdigit():
+    if len(parts) == 5 and parts[1] == HOST and parts[2].isdigit():
         return not _alive(int(parts[2]))
     try:
         return now - os.lstat(path).st_mtime > FOREIGN_TEMP_AGE

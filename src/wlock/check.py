@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from wlock.cache import RepoPaths, follows_ref, link_target
-from wlock.hashing import hash_file, hash_kind
+from wlock.hashing import hash_file
 from wlock.models import CheckReport, Lock, LockedFile, LockedRepo, Problem
 
 
@@ -60,7 +60,7 @@ def check_cache(
             if actual != f.etag:
                 for repo, user in users:
                     problems.append(Problem("wrong-hash", repo.kind, repo.id, user.path,
-                                            f"{hash_kind(user)} {user.etag}", actual))
+                                            f"{user.hash_kind} {user.etag}", actual))
     problems.sort(key=lambda p: (p.repo_kind, p.repo_id, p.path))
     return CheckReport(cache_dir=str(cache_dir), repos=len(lock.repos), files=files,
                        bytes_hashed=hashed, problems=tuple(problems),
@@ -98,7 +98,7 @@ def _locate(
 
 
 def _hash(path: Path, f: LockedFile, on_hashed: Callable[[int], None] | None) -> str:
-    digest = hash_file(path, hash_kind(f), f.size)
+    digest = hash_file(path, f.hash_kind, f.size)
     if on_hashed:
         on_hashed(f.size)
     return digest

@@ -7,9 +7,8 @@ threads hashes several files on all cores at OpenSSL's speed without the cost of
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
-
-from wlock.models import LockedFile
 
 CHUNK = 4 * 1024 * 1024
 
@@ -33,11 +32,5 @@ def hash_file(path: Path, kind: str, size: int | None = None) -> str:
     return digest.hexdigest()
 
 
-def hash_kind(file: LockedFile) -> str:
-    return "sha256" if file.sha256 is not None else "git-sha1"
-
-
 def _fsize(fd: int) -> int:
-    import os
-
     return os.fstat(fd).st_size

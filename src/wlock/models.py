@@ -48,6 +48,11 @@ class LockedFile:
     git_sha1: str | None = None
 
     @property
+    def hash_kind(self) -> str:
+        """"sha256" (LFS/Xet content) or "git-sha1" (git blob id), as the lock names it."""
+        return "sha256" if self.sha256 is not None else "git-sha1"
+
+    @property
     def etag(self) -> str:
         """The blob name in the HF cache (`blobs/<etag>`)."""
         digest = self.sha256 or self.git_sha1

@@ -13,7 +13,6 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from wlock.cache import (
@@ -28,7 +27,6 @@ from wlock.cache import (
     write_empty_blob,
 )
 from wlock.errors import ExitCode, HubError, LocalError, WlockError
-from wlock.hashing import hash_kind
 from wlock.models import Lock, LockedFile, LockedRepo, RepoSyncPlan, SyncPlan, SyncResult
 from wlock.units import human_size
 
@@ -55,20 +53,24 @@ def plan_sync(lock: Lock, cache_dir: Path) -> SyncPlan:
 
 def _plan_repo(repo: LockedRepo, cache_dir: Path) -> RepoSyncPlan:
     paths = RepoPaths.of(cache_dir, repo)
+    # Plain strings, not Path objects: this loop is the whole cost of a no-op sync, and
+    # pathlib's `/` costs more than the readlink and stat themselves.
+    snapshot = f"{paths.snapshot(repo.revision)}/"
+    blobs = f"{paths.blobs}/"
     fetch, corrupt, link, present = [], [], [], []
     blob_sizes: dict[str, int | None] = {}
     for f in repo.files:
-        linked = paths.link(repo.revision, f.path)
+        etag = f.etag
         try:
-            link_ok = os.readlink(linked) == link_target(f.path, f.etag)
+            link_ok = os.readlink(snapshot + f.path) == link_target(f.path, etag)
         except OSError:
             link_ok = False
-        if f.etag not in blob_sizes:
+        if etag not in blob_sizes:
             try:
-                blob_sizes[f.etag] = os.stat(paths.blob(f.etag)).st_size
+                blob_sizes[etag] = os.stat(blobs + etag).st_size
             except OSError:
-                blob_sizes[f.etag] = None
-        size = blob_sizes[f.etag]
+                blob_sizes[etag] = None
+        size = blob_sizes[etag]
         if size is None:
             fetch.append(f)
         elif size != f.size:
@@ -187,6 +189,8 @@ def _download_all(
     on_bytes: Callable[[str, int], None] | None,
     on_done: Callable[[str, int], None] | None,
 ) -> tuple[int, list[WlockError], set[tuple[str, str]]]:
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
     from wlock.transfer import FetchJob, IntegrityError, Transfer
 
     failures: list[WlockError] = []
@@ -208,7 +212,7 @@ def _download_all(
             for attempt in (1, 2):
                 job = FetchJob(
                     kind=repo.kind, repo_id=repo.id, revision=repo.revision, path=f.path,
-                    size=f.size, etag=f.etag, hash_kind=hash_kind(f),
+                    size=f.size, etag=f.etag, hash_kind=f.hash_kind,
                     temp=temp_blob_path(paths, f.etag),
                 )
                 try:
@@ -219,7 +223,7 @@ def _download_all(
                     if attempt == 2:
                         raise IntegrityFailure(
                             f"{repo.kind} {repo.id}: {f.path}: downloaded bytes do not match "
-                            f"the lock (expected {hash_kind(f)} {f.etag}, {f.size} bytes; "
+                            f"the lock (expected {f.hash_kind} {f.etag}, {f.size} bytes; "
                             f"got {e.actual_hash}, {e.actual_size} bytes)",
                             hint="The file was refused and not cached. Retry; if it persists, "
                             "the Hub or a proxy is serving other bytes than the lock names.",

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     import httpx2
 
 LARGE_FILE = 8 * 1024 * 1024
+MAX_REDIRECTS = 10
 MAX_ATTEMPTS = 5
 MAX_RETRY_AFTER = 60.0
 
@@ -128,11 +129,10 @@ class Transfer:
         """
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
-                url = self._resolve(job)
                 if job.size >= LARGE_FILE:
-                    actual_hash, actual_size = self._fetch_large(job, url)
+                    actual_hash, actual_size = self._fetch_large(job, self._resolve(job))
                 else:
-                    actual_hash, actual_size = self._fetch_small(job, url)
+                    actual_hash, actual_size = self._fetch_small(job)
                 break
             except _Retryable as e:
                 with contextlib.suppress(FileNotFoundError):
@@ -147,63 +147,69 @@ class Transfer:
 
     # -- steps ------------------------------------------------------------------------------
 
+    def _resolve_url(self, job: FetchJob) -> str:
+        prefix = "datasets/" if job.kind == "dataset" else ""
+        return f"{self.endpoint}/{prefix}{job.repo_id}/resolve/{job.revision}/{quote(job.path)}"
+
+    def _next_hop(self, url: str, response: httpx2.Response, job: FetchJob) -> str | None:
+        """Where a redirect leads, or None when `response` is the answer. Raises on errors."""
+        if response.status_code in (301, 302, 303, 307, 308):
+            return urljoin(url, response.headers["Location"])
+        if response.status_code >= 400:
+            response.read()
+            raise _classify(response, job)
+        return None
+
     def _resolve(self, job: FetchJob) -> str:
         """The URL the bytes come from: the endpoint's own, or the CDN it redirects to."""
-        prefix = "datasets/" if job.kind == "dataset" else ""
-        url = (f"{self.endpoint}/{prefix}{job.repo_id}/resolve/{job.revision}/"
-               f"{quote(job.path)}")
-        for _ in range(10):
-            response = self._request("HEAD", url, job)
-            if response.status_code in (301, 302, 303, 307, 308):
-                target = urljoin(url, response.headers["Location"])
-                if _origin(target) != self._origin:
-                    return target  # a CDN: signed URL, no token
-                url = target
-                continue
-            return url
+        import httpx2
+
+        url = self._resolve_url(job)
+        for _ in range(MAX_REDIRECTS):
+            try:
+                response = self._http.request("HEAD", url, headers=self._headers_for(url))
+            except httpx2.TransportError as e:
+                raise _unreachable(self.endpoint, job, e) from e
+            target = self._next_hop(url, response, job)
+            if target is None:
+                return url
+            if _origin(target) != self._origin:
+                return target  # a CDN: a signed URL, and no token
+            url = target
         raise HubError(f"{job.label}: too many redirects from {self.endpoint}", repo=job.repo_id)
 
-    def _request(self, method: str, url: str, job: FetchJob) -> httpx2.Response:
+    def _fetch_small(self, job: FetchJob) -> tuple[str, int]:
+        """GET through the redirects (no HEAD first: one round trip less per file), hashing
+        the body as it arrives. The token is sent only while on the endpoint's origin."""
         import httpx2
 
+        url = self._resolve_url(job)
+        written = 0
         try:
-            response = self._http.request(method, url, headers=self._headers_for(url))
-        except httpx2.TransportError as e:
-            raise _Retryable(HubUnreachableError(
-                f"cannot reach {self.endpoint} for {job.label}: {e}", repo=job.repo_id,
-                hint="Check the network, or the endpoint (--endpoint / HF_ENDPOINT).",
-            )) from e
-        if response.status_code < 400:
-            return response
-        raise _classify(response, job)
-
-    def _fetch_small(self, job: FetchJob, url: str) -> tuple[str, int]:
-        import httpx2
-
-        digest = hashlib.sha256() if job.hash_kind == "sha256" else hashlib.sha1(
-            b"blob %d\x00" % job.size, usedforsecurity=False
-        )
-        size = 0
-        try:
-            with self._http.stream("GET", url, headers=self._headers_for(url)) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    raise _classify(response, job)
-                with open(job.temp, "wb") as out:
-                    for chunk in response.iter_raw(1024 * 1024):
-                        out.write(chunk)
-                        digest.update(chunk)
-                        size += len(chunk)
-                        self._on_bytes(job, len(chunk))
+            for _ in range(MAX_REDIRECTS):
+                with self._http.stream("GET", url, headers=self._headers_for(url)) as response:
+                    target = self._next_hop(url, response, job)
+                    if target is None:
+                        digest = hashlib.sha256() if job.hash_kind == "sha256" else hashlib.sha1(
+                            b"blob %d\x00" % job.size, usedforsecurity=False
+                        )
+                        with open(job.temp, "wb") as out:
+                            for chunk in response.iter_raw(1024 * 1024):
+                                out.write(chunk)
+                                digest.update(chunk)
+                                written += len(chunk)
+                                self._on_bytes(job, len(chunk))
+                        break
+                url = target
+            else:
+                raise HubError(f"{job.label}: too many redirects from {self.endpoint}",
+                               repo=job.repo_id)
         except httpx2.TransportError as e:  # includes a body cut short
-            self._on_bytes(job, -size)
-            raise _Retryable(HubUnreachableError(
-                f"{job.label}: the connection dropped: {e}", repo=job.repo_id,
-                hint="Retry; check the network.",
-            )) from e
-        if job.hash_kind == "git-sha1" and size != job.size:
-            return _git_blob_id_of(job.temp), size
-        return digest.hexdigest(), size
+            self._on_bytes(job, -written)
+            raise _unreachable(self.endpoint, job, e) from e
+        if job.hash_kind == "git-sha1" and written != job.size:
+            return hash_file(job.temp, "git-sha1"), written
+        return digest.hexdigest(), written
 
     def _fetch_large(self, job: FetchJob, url: str) -> tuple[str, int]:
         if self._workers is None:
@@ -363,5 +369,8 @@ def _origin(url: str) -> tuple[str, str, int]:
     return parts.scheme, (parts.hostname or "").lower(), parts.port or default
 
 
-def _git_blob_id_of(path: Path) -> str:
-    return hash_file(path, "git-sha1")
+def _unreachable(endpoint: str, job: FetchJob, e: Exception) -> _Retryable:
+    return _Retryable(HubUnreachableError(
+        f"cannot reach {endpoint} for {job.label}: {e}", repo=job.repo_id,
+        hint="Check the network, or the endpoint (--endpoint / HF_ENDPOINT).",
+    ))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 
 import click
 
@@ -68,6 +67,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(ExitCode.USAGE if isinstance(e, click.UsageError) else e.exit_code)
     except WlockError as e:
         if os.environ.get("WLOCK_DEBUG"):
+            import traceback
+
             traceback.print_exc()
         click.echo(f"error: {e.message}", err=True)
         if e.hint:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -74,6 +75,13 @@ class _Listener(ThreadingHTTPServer):
         super().__init__(address, _Handler)
         self.app = app
         self.name = name
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client closing a kept-alive connection (a pool shutting down, a killed sync)
+        # is routine, not an error worth a traceback.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class HubServer:
