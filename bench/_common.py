@@ -43,5 +43,16 @@ def run(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = N
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+def compile_wlock() -> None:
+    """Byte-compile wlock as `pip install` does for a wheel. An editable install under
+    PYTHONDONTWRITEBYTECODE (set on our CI machines) would otherwise recompile every module
+    on every run, which doubles start-up and is not what users run."""
+    import compileall
+
+    import wlock
+
+    compileall.compile_dir(Path(wlock.__file__).parent, quiet=1, force=False)
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import WLOCK, machine, median, random_file, run, timed
+from _common import WLOCK, compile_wlock, machine, median, random_file, run, timed
 
 from wlock.hubserver.process import HubProcess
 from wlock.hubserver.store import StoreBuilder
@@ -30,6 +30,7 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=40)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    compile_wlock()
     cores = os.cpu_count() or 1
 
     with tempfile.TemporaryDirectory(prefix="wlock-bench-", dir=os.environ.get("BENCH_DIR")) as tmp:

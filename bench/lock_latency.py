@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import compile_wlock
+
 from wlock.hubserver.process import HubProcess
 from wlock.hubserver.store import StoreBuilder
 from wlock.resolve import lock_project
@@ -30,6 +32,7 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=50)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
+    compile_wlock()
 
     with tempfile.TemporaryDirectory(prefix="wlock-bench-") as tmp:
         root = Path(tmp)

@@ -12,21 +12,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import machine, median, run, timed
+from _common import compile_wlock, machine, median, run, timed
 
 from wlock.hubserver.process import HubProcess
 from wlock.hubserver.store import StoreBuilder
-
-
-def compile_wlock() -> None:
-    """Byte-compile wlock as `pip install` does for a wheel. An editable install under
-    PYTHONDONTWRITEBYTECODE (set on our CI machines) would otherwise recompile every module
-    on every run, which doubles start-up and is not what users run."""
-    import compileall
-
-    import wlock
-
-    compileall.compile_dir(Path(wlock.__file__).parent, quiet=1, force=False)
 
 
 def main() -> None:

