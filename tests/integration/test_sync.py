@@ -357,3 +357,35 @@ def test_read_only_cache_exits_6(hub: Hub, tmp_path: Path) -> None:
         )
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_transient_failures_are_retried(hub: Hub, tmp_path: Path, big_repo: str) -> None:
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{big_repo}"\n\n'
+                            '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    hub.process.faults(
+        {"action": "status", "match": "tiny-bert/resolve/[0-9a-f]{40}/config.json", "status": 429,
+         "retry_after": 1, "times": 2},
+        {"action": "status", "match": "/api/resolve-cache/", "status": 502, "times": 2},
+        {"action": "drop", "match": "/objects/", "times": 3},
+    )
+    result = sync(hub, project, cache)
+    assert result.code == 0, result.stderr
+    log = hub.process.stats()["log"]
+    assert sum("tiny-bert/resolve/" in r["path"] and r["path"].endswith("/config.json")
+               for r in log) == 3  # two 429s, then the answer
+    assert check(project, cache).code == 0
+
+
+def test_persistent_server_errors_give_up_with_exit_5(hub: Hub, tmp_path: Path) -> None:
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n'
+                            'include = ["config.json"]\n')
+    lock(hub, project)
+    hub.process.faults({"action": "status", "match": "/resolve", "status": 503,
+                        "retry_after": 0})
+    result = sync(hub, project, tmp_path / "cache")
+    assert result.code == 5
+    assert result.stderr.startswith(
+        "error: model acme/tiny-bert: the Hub answered 503 for 'config.json'\n"
+    )
