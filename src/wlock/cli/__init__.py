@@ -15,6 +15,7 @@ import click
 
 from wlock import __version__
 from wlock.cli.check_cmd import check
+from wlock.cli.lint_cmd import lint
 from wlock.cli.lock_cmd import lock
 from wlock.cli.manifest_cmds import add, init, remove
 from wlock.cli.sync_cmd import sync
@@ -44,7 +45,7 @@ def cli(debug: bool) -> None:
         os.environ["WLOCK_DEBUG"] = "1"
 
 
-for command in (init, add, remove, lock, sync, check):
+for command in (init, add, remove, lock, sync, check, lint):
     cli.add_command(command)
 
 

@@ -31,11 +31,11 @@ class Settings:
 
     def project(self) -> Path:
         """The project folder: --project, else the nearest folder upward with weights.toml."""
-        from wlock.manifest import MANIFEST_NAME, find_project
+        from wlock.manifest import MANIFEST_NAME
 
         if self.project_flag is not None:
             return self.project_flag.resolve()
-        found = find_project(Path.cwd())
+        found = default_project()
         if found is None:
             raise InvalidFileError(
                 MANIFEST_NAME,
@@ -43,6 +43,13 @@ class Settings:
                 hint="Run `wlock init` to create one, or pass --project DIR.",
             )
         return found
+
+
+def default_project() -> Path | None:
+    """The nearest folder at or above the current one that holds weights.toml."""
+    from wlock.manifest import find_project
+
+    return find_project(Path.cwd())
 
 
 def default_cache_dir() -> Path:

@@ -1,0 +1,87 @@
+"""`wlock lint`: fail CI when code loads from the Hub without the pinned revision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "github", "sarif"]),
+              default="text", show_default=True, help="How to report findings.")
+@click.option("--fix", is_flag=True,
+              help="Write the locked commit where it is missing or wrong (never invents one).")
+@click.option("--fail-on-dynamic", is_flag=True,
+              help="Fail on repo ids or revisions the linter cannot see (WL200) too.")
+@click.option("--project", type=click.Path(file_okay=False, path_type=Path),
+              help="Project folder whose weights.lock the pins must match "
+              "(default: nearest folder upward with weights.toml).")
+def lint(paths: tuple[Path, ...], fmt: str, fix: bool, fail_on_dynamic: bool,
+         project: Path | None) -> None:
+    """Report every Hub download in PATHs (default: the project) without a pinned revision.
+
+    Checks .py files and the code cells of .ipynb notebooks. A load is pinned when its
+    revision is a 40-hex commit (a literal or a module-level constant) or
+    wlock.revision("org/name"); with a weights.lock, the repo must be in it and the commit
+    must be the locked one. Suppress a line with `# wlock: ignore[WL101]`; configure in
+    [tool.wlock.lint] (weights.toml or pyproject.toml).
+
+    \b
+    Codes:
+      WL101  load without a pinned revision             (fixable)
+      WL102  revision is a branch, tag or variant       (fixable)
+      WL103  revision differs from weights.lock         (fixable)
+      WL104  repo is not in weights.lock
+      WL105  trust_remote_code without code_revision    (fixable)
+      WL106  pipeline(task) without model=
+      WL200  repo id or revision not a literal          (warning; --fail-on-dynamic)
+
+    \b
+    Examples:
+      wlock lint                          # the project, against its weights.lock
+      wlock lint src notebooks --fix
+      wlock lint --format github          # annotations in a GitHub Actions log
+      wlock lint --format sarif > wlock.sarif
+    """
+    from dataclasses import replace
+
+    from wlock.cli.options import default_project
+    from wlock.errors import ExitCode
+    from wlock.lint.checker import lint_paths
+    from wlock.lint.config import load_settings
+    from wlock.lint.fixer import fix_findings
+    from wlock.lint.report import render
+    from wlock.lockfile import LOCK_NAME, read_lock
+
+    folder = project.resolve() if project else default_project()
+    lock = read_lock(folder / LOCK_NAME) if folder and (folder / LOCK_NAME).exists() else None
+    settings, _ = load_settings(folder or _pyproject_folder())
+    if fail_on_dynamic:
+        settings = replace(settings, fail_on_dynamic=True)
+    root = Path.cwd()
+    targets = list(paths) or [folder or root]
+    report = lint_paths(targets, lock, settings, root=root)
+    if fix:
+        applied, changed = fix_findings(report.findings, root)
+        click.echo(f"Fixed {applied} finding(s) in {changed} file(s).", err=True)
+        if applied:
+            report = lint_paths(targets, lock, settings, root=root)
+    click.echo(render(report, fmt), nl=False)
+    for error in report.errors:
+        click.echo(f"warning: {error}", err=True)
+    if fmt == "text":
+        errors = sum(f.severity == "error" for f in report.findings)
+        warnings = len(report.findings) - errors
+        against = "weights.lock" if lock else "no weights.lock (pins not compared)"
+        click.echo(f"{report.files} files, {report.sites} Hub loads checked against {against}: "
+                   f"{errors} error(s), {warnings} warning(s) in {report.seconds:.2f}s.",
+                   err=True)
+    if report.failed:
+        raise SystemExit(ExitCode.CHECK_FAILED)
+
+
+def _pyproject_folder() -> Path | None:
+    here = Path.cwd().resolve()
+    return next((p for p in (here, *here.parents) if (p / "pyproject.toml").is_file()), None)

@@ -1,0 +1,166 @@
+"""`wlock lint --fix`: write the locked commit where a finding says which one, keeping the
+file's formatting (libcst). A pin that is not in weights.lock is never invented: findings
+without a locked commit are left for a person."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from wlock.atomic import write_text_atomic
+from wlock.lint.judge import Finding
+from wlock.lint.sources import mask_magics, unmask_magics
+
+FIXABLE = frozenset({"WL101", "WL102", "WL103", "WL105"})
+
+
+def fix_findings(findings: Iterable[Finding], root: Path) -> tuple[int, int]:
+    """Apply every fixable finding. Returns (fixes applied, files changed)."""
+    by_file: dict[str, list[Finding]] = defaultdict(list)
+    for f in findings:
+        if f.code in FIXABLE and f.fix:
+            by_file[f.path].append(f)
+    applied = changed = 0
+    for display, items in by_file.items():
+        path = root / display
+        if path.suffix == ".ipynb":
+            n = _fix_notebook(path, items)
+        else:
+            text = path.read_text(encoding="utf-8")
+            new, n = fix_source(text, items)
+            if n:
+                write_text_atomic(path, new)
+        applied += n
+        changed += bool(n)
+    return applied, changed
+
+
+def _fix_notebook(path: Path, items: list[Finding]) -> int:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    by_cell: dict[int, list[Finding]] = defaultdict(list)
+    for f in items:
+        if f.cell is not None:
+            by_cell[f.cell].append(f)
+    applied = 0
+    for index, cell in enumerate(data.get("cells", []), start=1):
+        if index not in by_cell:
+            continue
+        source = cell.get("source", "")
+        text = "".join(source) if isinstance(source, list) else source
+        new, n = fix_source(mask_magics(text), by_cell[index])
+        if n:
+            new = unmask_magics(new)
+            cell["source"] = new.splitlines(keepends=True) if isinstance(source, list) else new
+            applied += n
+    if applied:
+        # nbformat's own layout: one-space indent, non-ASCII kept, a final newline.
+        write_text_atomic(path, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    return applied
+
+
+def fix_source(text: str, findings: list[Finding]) -> tuple[str, int]:
+    """The source with each finding's locked commit written in; and how many were applied."""
+    import libcst as cst
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    wanted = {(f.line, f.col - 1): f for f in findings}
+    applied = 0
+
+    class Pin(cst.CSTTransformer):
+        METADATA_DEPENDENCIES = (PositionProvider,)
+
+        def _finding(self, node: cst.CSTNode) -> Finding | None:
+            pos = self.get_metadata(PositionProvider, node).start
+            return wanted.get((pos.line, pos.column))
+
+        def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+            nonlocal applied
+            finding = self._finding(original)
+            # `HfApi().hf_hub_download(…)` and `HfApi()` start at the same place: the name
+            # tells them apart.
+            if (finding is None or finding.param == "@" or finding.fix is None
+                    or _dotted(original.func) != finding.call):
+                return updated
+            applied += 1
+            pinned: cst.BaseExpression = _set_keyword(updated, finding.param, finding.fix)
+            return pinned
+
+        def leave_SimpleString(
+            self, original: cst.SimpleString, updated: cst.SimpleString
+        ) -> cst.BaseExpression:
+            nonlocal applied
+            finding = self._finding(original)
+            if finding is None or finding.param != "@" or finding.fix is None:
+                return updated
+            value = updated.evaluated_value
+            if not isinstance(value, str) or finding.repo_id is None:
+                return updated
+            applied += 1
+            quote = updated.quote
+            return updated.with_changes(
+                value=f"{updated.prefix}{quote}"
+                f"{_pin_string(value, finding.repo_id, finding.fix)}{quote}"
+            )
+
+    module = MetadataWrapper(cst.parse_module(text)).visit(Pin())
+    return module.code, applied
+
+
+def _pin_string(value: str, repo_id: str, commit: str) -> str:
+    """`hf-hub:org/name[@rev]` or `hf://[datasets/]org/name[@rev]/path` with @commit."""
+    start = value.index(repo_id) + len(repo_id)
+    rest = value[start:]
+    if rest.startswith("@"):
+        end = rest.find("/")
+        rest = rest[end:] if end >= 0 else ""
+    return f"{value[:start]}@{commit}{rest}"
+
+
+def _set_keyword(call: Any, name: str, commit: str) -> Any:
+    import libcst as cst
+
+    value = cst.SimpleString(f'"{commit}"')
+    args = list(call.args)
+    for i, arg in enumerate(args):
+        if arg.keyword is not None and arg.keyword.value == name:
+            args[i] = arg.with_changes(value=value)
+            return call.with_changes(args=args)
+    new = cst.Arg(
+        keyword=cst.Name(name), value=value,
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                              whitespace_after=cst.SimpleWhitespace("")),
+    )
+    if args:
+        last = args[-1]
+        comma = last.comma
+        indent = call.whitespace_before_args
+        if isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after,
+                                                       cst.ParenthesizedWhitespace):
+            # One argument per line with a trailing comma: the new one goes on its own line.
+            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=indent))
+            new = new.with_changes(comma=comma)
+        elif isinstance(last.whitespace_after_arg, cst.ParenthesizedWhitespace):
+            # The closing parenthesis on its own line, no trailing comma: keep it there.
+            if not isinstance(indent, cst.ParenthesizedWhitespace):
+                indent = cst.SimpleWhitespace(" ")
+            args[-1] = last.with_changes(whitespace_after_arg=cst.SimpleWhitespace(""),
+                                         comma=cst.Comma(whitespace_after=indent))
+            new = new.with_changes(whitespace_after_arg=last.whitespace_after_arg)
+    args.append(new)
+    return call.with_changes(args=args)
+
+
+def _dotted(node: Any) -> str:
+    """The callee as the scanner names it: `a.b.c`, with `()` for a call in the chain."""
+    import libcst as cst
+
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return f"{_dotted(node.value)}.{node.attr.value}"
+    if isinstance(node, cst.Call):
+        return f"{_dotted(node.func)}()"
+    return "…"

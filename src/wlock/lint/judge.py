@@ -1,0 +1,114 @@
+"""LoadSites + weights.lock + settings -> Findings, each with a code and what to write instead."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from wlock.lint.config import LintSettings
+from wlock.lint.scanner import DIFFUSERS_VARIANTS, LoadSite
+from wlock.models import Lock, LockedRepo
+
+_IGNORE = re.compile(r"#\s*wlock:\s*ignore(?:\[([A-Z0-9,\s]+)\])?")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    code: str
+    severity: str  # "error" | "warning"
+    path: str
+    cell: int | None
+    line: int
+    col: int
+    call: str
+    repo_id: str | None
+    param: str
+    message: str
+    fix: str | None  # the locked commit to write, when there is one and it is safe to write
+
+    @property
+    def where(self) -> str:
+        place = self.path if self.cell is None else f"{self.path}[cell {self.cell}]"
+        return f"{place}:{self.line}:{self.col}"
+
+
+def judge(site: LoadSite, lock: Lock | None, settings: LintSettings) -> Finding | None:
+    """The finding for one site, or None when it is pinned as the lock says."""
+    code, message, fix = _verdict(site, lock)
+    if code is None:
+        return None
+    level = settings.level(code)
+    if level == "off":
+        return None
+    return Finding(code=code, severity=level, path=site.path, cell=site.cell, line=site.line,
+                   col=site.col, call=site.call, repo_id=site.repo_id, param=site.param,
+                   message=message, fix=fix)
+
+
+def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | None]:
+    call = f"{site.call}()"
+    if site.default_model:
+        return ("WL106", f"{call} without model= downloads the task's default model, "
+                "unpinned; pass model=\"org/name\" and its locked revision", None)
+    if site.repo_id is None:
+        return ("WL200", f"{call}: the repo id is not a literal, so wlock cannot check its "
+                "pin; pass revision=wlock.revision(\"org/name\")", None)
+    repo_id = site.repo_id
+    locked = _find(lock, site) if lock else None
+    rev = site.revision
+    what = f'{call} loads {site.repo_kind} "{repo_id}"'
+    if lock is not None and locked is None:
+        named = rev.value if rev.kind == "wlock" else repo_id
+        flag = " --dataset" if site.repo_kind == "dataset" else ""
+        return ("WL104", f"{what}, which is not in weights.lock; run `wlock add "
+                f"{named}{flag}` and `wlock lock`", None)
+    commit = locked.revision if locked else None
+    instead = _instead(site, commit)
+    if rev.kind == "missing":
+        code = "WL105" if site.param == "code_revision" else "WL101"
+        pin = "revision" if site.param == "@" else site.param
+        reason = ("with trust_remote_code=True and no pinned code_revision" if code == "WL105"
+                  else f"without a pinned {pin}")
+        return code, f"{what} {reason}; {instead}", commit
+    if rev.kind == "literal":
+        shown = f"@{rev.value}" if site.param == "@" else f'{site.param}="{rev.value}"'
+        kind = ("a variant, not a pin (use variant=)"
+                if site.family == "diffusers" and rev.value in DIFFUSERS_VARIANTS
+                else "a branch, tag or short id, not a commit")
+        return "WL102", f"{what} with {shown}: {kind}; {instead}", commit
+    if rev.kind == "commit" and commit is not None and rev.value != commit:
+        return ("WL103", f"{what} pinned to {rev.value[:7] if rev.value else '?'}, but "
+                f"weights.lock has {commit[:7]}; {instead}", commit)
+    if rev.kind == "wlock" and rev.value != repo_id:
+        return ("WL103", f'{what} with wlock.revision("{rev.value}"), which names another '
+                f'repo; write wlock.revision("{repo_id}")', None)
+    if rev.kind == "dynamic":
+        return ("WL200", f"{what}: the {site.param} is not a literal, so wlock cannot check "
+                f'it; write {site.param}=wlock.revision("{repo_id}")', None)
+    return None, "", None
+
+
+def _instead(site: LoadSite, commit: str | None) -> str:
+    if commit is None:
+        return (f"pin it: add it to weights.toml, run `wlock lock`, then write "
+                f'{site.param if site.param != "@" else "revision"}='
+                f'wlock.revision("{site.repo_id}")')
+    if site.param == "@":
+        return f'write "…{site.repo_id}@{commit}" (the locked commit)'
+    return f'write {site.param}="{commit}" (the locked commit)'
+
+
+def _find(lock: Lock, site: LoadSite) -> LockedRepo | None:
+    assert site.repo_id is not None
+    return lock.find(site.repo_kind, site.repo_id)
+
+
+def suppressed(lines: list[str], site: LoadSite, code: str) -> bool:
+    """`# wlock: ignore` or `# wlock: ignore[WL101, …]` on the call's first or last line."""
+    for number in {site.line, site.end_line}:
+        if 0 < number <= len(lines):
+            match = _IGNORE.search(lines[number - 1])
+            if match and (match.group(1) is None or code in
+                          {c.strip() for c in match.group(1).split(",")}):
+                return True
+    return False

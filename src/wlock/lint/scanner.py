@@ -1,0 +1,301 @@
+"""Find every call that downloads from the Hub, with the repo id and revision it passes.
+
+One pass of `ast` per source. A call is recognised by its name (the last part of the dotted
+callee), so `transformers.AutoModel.from_pretrained`, `AutoModel.from_pretrained` and
+`self.model_cls.from_pretrained` all match; what is passed decides the rest:
+
+- a repo id that is a string literal (or a module-level string constant) is checked;
+- a local path (`./x`, `/x`, `../x`, `~/x`, `Path(...)`, `os.path.join(...)`, `a / b`) is not
+  a load;
+- anything else (a variable, an f-string) is a dynamic id, reported in its own category.
+
+A revision is pinned when it is a 40-hex literal, a module-level constant holding one, or
+`wlock.revision("org/name")`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from wlock.lint.sources import Source
+from wlock.models import RepoKind
+
+RevisionKind = Literal["missing", "commit", "literal", "wlock", "dynamic"]
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_REPO_ID = re.compile(r"^(?:[\w\-.]{1,96}/)?[\w\-.]{1,96}$")
+# datasets' packaged builders: `load_dataset("json", data_files=...)` reads local files.
+PACKAGED_BUILDERS = frozenset({
+    "json", "csv", "parquet", "text", "arrow", "pandas", "sql", "generator", "xml",
+    "imagefolder", "audiofolder", "videofolder", "pdffolder", "niftifolder", "webdataset",
+    "cache", "spark", "lance",
+})
+DIFFUSERS_VARIANTS = frozenset({"fp16", "bf16", "fp32", "flax", "onnx", "non_ema", "ema"})
+_LOCAL_CALLS = frozenset({"Path", "PurePath", "PosixPath", "WindowsPath", "join", "abspath",
+                          "expanduser", "realpath", "dirname", "resolve", "cwd", "home"})
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    kind: RevisionKind
+    value: str | None = None  # the literal, or the id given to wlock.revision()
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSite:
+    """One pinnable download in the code: `param` of `call` should pin `repo_id`."""
+
+    path: str
+    cell: int | None
+    line: int
+    col: int  # 1-based, in characters
+    end_line: int
+    call: str  # as written: "AutoModel.from_pretrained"
+    family: str
+    repo_id: str | None  # None: dynamic, or (pipeline) the task's default model
+    repo_kind: RepoKind
+    param: str  # "revision", "tokenizer_revision", "code_revision", or "@" (in the string)
+    revision: Revision
+    default_model: bool = False  # pipeline(task) with no model: the task's default
+
+
+def scan(source: Source) -> tuple[list[LoadSite], str | None]:
+    """The load sites in `source`, and a syntax error message if it does not parse."""
+    try:
+        tree = ast.parse(source.text)
+    except SyntaxError as e:
+        return [], f"{source.where}:{e.lineno}: cannot parse: {e.msg}"
+    visitor = _Visitor(source, tree)
+    visitor.visit(tree)
+    return visitor.sites, None
+
+
+def _last_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Call):
+        return _last_name(node.func)
+    return None
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    if isinstance(node, ast.Call):
+        return f"{_dotted(node.func)}()"
+    return "…"
+
+
+class _Visitor(ast.NodeVisitor):
+    def __init__(self, source: Source, tree: ast.Module) -> None:
+        self.source = source
+        self.lines = source.text.split("\n")
+        self.sites: list[LoadSite] = []
+        self.constants = _module_constants(tree)
+        self.wlock_modules: set[str] = set()  # names bound to the wlock module
+        self.wlock_revision: set[str] = set()  # names bound to wlock.revision
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name == "wlock":
+                        self.wlock_modules.add(alias.asname or "wlock")
+            elif isinstance(node, ast.ImportFrom) and node.module == "wlock":
+                for alias in node.names:
+                    if alias.name == "revision":
+                        self.wlock_revision.add(alias.asname or "revision")
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _col(self, node: ast.expr) -> int:
+        """ast counts UTF-8 bytes; people (and libcst) count characters."""
+        line = self.lines[node.lineno - 1] if node.lineno - 1 < len(self.lines) else ""
+        return len(line.encode()[: node.col_offset].decode(errors="replace")) + 1
+
+    @staticmethod
+    def _arg(call: ast.Call, position: int | None, *names: str) -> ast.expr | None:
+        for kw in call.keywords:
+            if kw.arg in names:
+                return kw.value
+        starred = any(isinstance(a, ast.Starred) for a in call.args)
+        if position is not None and not starred and len(call.args) > position:
+            return call.args[position]
+        return None
+
+    def _string(self, node: ast.expr | None) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in self.constants:
+            return self.constants[node.id]
+        return None
+
+    def _repo(self, node: ast.expr | None) -> tuple[str, str | None]:
+        """("absent" | "local" | "literal" | "dynamic", repo id)."""
+        if node is None or (isinstance(node, ast.Constant) and node.value is None):
+            return "absent", None
+        text = self._string(node)
+        if text is not None:
+            if text.startswith((".", "/", "~")) or "\\" in text or not _REPO_ID.match(text):
+                return "local", None
+            return "literal", text
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            return "local", None  # Path arithmetic
+        if isinstance(node, ast.Call) and _last_name(node.func) in _LOCAL_CALLS:
+            return "local", None
+        if isinstance(node, ast.Constant):
+            return "local", None  # bytes, numbers: not a repo
+        return "dynamic", None
+
+    def _revision(self, call: ast.Call, param: str) -> Revision:
+        node = self._arg(call, None, param)
+        if node is None:
+            if any(kw.arg is None for kw in call.keywords):
+                return Revision("dynamic")  # it may come in **kwargs
+            return Revision("missing")
+        if isinstance(node, ast.Constant) and node.value is None:
+            return Revision("missing")
+        text = self._string(node)
+        if text is not None:
+            return Revision("commit" if _COMMIT.match(text) else "literal", text)
+        if isinstance(node, ast.Call) and self._is_wlock_revision(node.func):
+            named = self._string(node.args[0]) if node.args else None
+            return Revision("wlock", named) if named else Revision("dynamic")
+        return Revision("dynamic")
+
+    def _is_wlock_revision(self, func: ast.expr) -> bool:
+        if isinstance(func, ast.Name):
+            return func.id in self.wlock_revision
+        return (isinstance(func, ast.Attribute) and func.attr == "revision"
+                and isinstance(func.value, ast.Name) and func.value.id in self.wlock_modules)
+
+    def _add(
+        self, call: ast.Call, family: str, repo: tuple[str, str | None], kind: RepoKind,
+        param: str = "revision", *, default_model: bool = False,
+        revision: Revision | None = None,
+    ) -> None:
+        state, repo_id = repo
+        if state == "local" or (state == "absent" and not default_model):
+            return
+        self.sites.append(LoadSite(
+            path=self.source.path, cell=self.source.cell, line=call.lineno,
+            col=self._col(call), end_line=call.end_lineno or call.lineno,
+            call=_dotted(call.func), family=family, repo_id=repo_id, repo_kind=kind,
+            param=param, revision=revision or self._revision(call, param),
+            default_model=default_model,
+        ))
+
+    def _remote_code(self, call: ast.Call, family: str, repo: tuple[str, str | None]) -> None:
+        flag = self._arg(call, None, "trust_remote_code")
+        if isinstance(flag, ast.Constant) and flag.value is True:
+            self._add(call, family, repo, "model", "code_revision")
+
+    # -- the families ------------------------------------------------------------------------
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = _last_name(node.func)
+        receiver = _last_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
+        if name == "from_pretrained" and receiver is not None:
+            self._from_pretrained(node, receiver)
+        elif name == "pipeline":
+            repo = self._repo(self._arg(node, 1, "model"))
+            if repo[0] == "absent" and self._arg(node, 0, "task") is not None:
+                self._add(node, "transformers", repo, "model", default_model=True)
+            else:
+                self._add(node, "transformers", repo, "model")
+                self._remote_code(node, "transformers", repo)
+        elif name in ("hf_hub_download", "snapshot_download"):
+            repo_type = self._string(self._arg(node, None, "repo_type"))
+            if repo_type != "space":
+                kind: RepoKind = "dataset" if repo_type == "dataset" else "model"
+                self._add(node, "huggingface_hub", self._repo(self._arg(node, 0, "repo_id")),
+                          kind)
+        elif name in ("load_dataset", "load_dataset_builder"):
+            repo = self._repo(self._arg(node, 0, "path"))
+            if repo[1] not in PACKAGED_BUILDERS:
+                self._add(node, "datasets", repo, "dataset")
+        elif name in ("SentenceTransformer", "CrossEncoder"):
+            self._add(node, "sentence-transformers",
+                      self._repo(self._arg(node, 0, "model_name_or_path", "model_name")),
+                      "model")
+        elif name == "LLM":
+            repo = self._repo(self._arg(node, 0, "model"))
+            self._add(node, "vllm", repo, "model")
+            tokenizer = self._arg(node, None, "tokenizer")
+            self._add(node, "vllm", self._repo(tokenizer) if tokenizer else repo, "model",
+                      "tokenizer_revision")
+        self._hub_strings(node)
+        self.generic_visit(node)
+
+    def _from_pretrained(self, node: ast.Call, receiver: str) -> None:
+        if receiver.startswith("PeftModel"):
+            family, repo = "peft", self._repo(self._arg(node, 1, "model_id"))
+        else:
+            repo = self._repo(self._arg(
+                node, 0, "pretrained_model_name_or_path", "model_id", "identifier"
+            ))
+            family = (
+                "peft" if receiver.startswith("AutoPeftModel")
+                else "diffusers" if receiver.endswith("Pipeline")
+                else "tokenizers" if receiver == "Tokenizer"
+                else "transformers"
+            )
+        self._add(node, family, repo, "model")
+        self._remote_code(node, family, repo)
+
+    def _hub_strings(self, node: ast.Call) -> None:
+        """`"hf-hub:org/name@rev"` (timm, open_clip) and `"hf://…@rev/…"` (fsspec) arguments."""
+        values = [*node.args, *(kw.value for kw in node.keywords)]
+        for value in values:
+            if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
+                continue
+            text = value.value
+            kind: RepoKind = "model"
+            if text.startswith("hf-hub:"):
+                spec, family = text[len("hf-hub:"):], "timm/open_clip"
+            elif text.startswith("hf://"):
+                spec, family = text[len("hf://"):], "hf://"
+                if spec.startswith("datasets/"):
+                    kind, spec = "dataset", spec[len("datasets/"):]
+                elif spec.startswith(("spaces/", "buckets/")):
+                    continue
+                elif spec.startswith("models/"):
+                    spec = spec[len("models/"):]
+                spec = "/".join(spec.split("/")[:2])
+            else:
+                continue
+            repo_id, _, rev = spec.partition("@")
+            if not _REPO_ID.match(repo_id):
+                continue
+            revision = (Revision("missing") if not rev
+                        else Revision("commit" if _COMMIT.match(rev) else "literal", rev))
+            self.sites.append(LoadSite(
+                path=self.source.path, cell=self.source.cell, line=value.lineno,
+                col=self._col(value), end_line=value.end_lineno or value.lineno,
+                call=_dotted(node.func), family=family, repo_id=repo_id, repo_kind=kind,
+                param="@", revision=revision,
+            ))
+
+
+def _module_constants(tree: ast.Module) -> dict[str, str]:
+    """Module-level names bound exactly once to a string literal."""
+    seen: dict[str, int] = {}
+    values: dict[str, str] = {}
+    for stmt in tree.body:
+        targets: list[ast.expr] = []
+        value: ast.expr | None = None
+        if isinstance(stmt, ast.Assign):
+            targets, value = stmt.targets, stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            targets, value = [stmt.target], stmt.value
+        for target in targets:
+            if isinstance(target, ast.Name):
+                seen[target.id] = seen.get(target.id, 0) + 1
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    values[target.id] = value.value
+    return {k: v for k, v in values.items() if seen[k] == 1}

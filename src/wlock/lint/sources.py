@@ -1,0 +1,84 @@
+"""What the linter reads: Python files and the code cells of notebooks, with their positions."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+# IPython magics and shell escapes are not Python; they become comments of the same length
+# so that lines and columns stay true.
+_MAGIC = re.compile(r"^(\s*)([%!?].*)$")
+MAGIC_MARK = "#~wlock~"
+_SKIP_DIRS = frozenset({".git", ".hg", ".venv", "venv", "__pycache__", "node_modules",
+                        ".mypy_cache", ".ruff_cache", ".pytest_cache", ".tox", "build", "dist"})
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One unit of Python code: a file, or one code cell of a notebook."""
+
+    path: str
+    text: str
+    cell: int | None = None  # 1-based index among the notebook's cells
+
+    @property
+    def where(self) -> str:
+        return self.path if self.cell is None else f"{self.path}[cell {self.cell}]"
+
+
+def mask_magics(text: str) -> str:
+    return "\n".join(
+        _MAGIC.sub(lambda m: f"{m.group(1)}{MAGIC_MARK}{m.group(2)}", line)
+        for line in text.split("\n")
+    )
+
+
+def unmask_magics(text: str) -> str:
+    return text.replace(MAGIC_MARK, "")
+
+
+def notebook_cells(path: Path) -> list[tuple[int, str]]:
+    """(1-based cell index, source) of each code cell."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    cells = []
+    for index, cell in enumerate(data.get("cells", []), start=1):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        cells.append((index, "".join(source) if isinstance(source, list) else source))
+    return cells
+
+
+def read_sources(path: Path, display: str) -> list[Source]:
+    if path.suffix == ".ipynb":
+        return [Source(display, mask_magics(text), cell) for cell, text in notebook_cells(path)]
+    return [Source(display, path.read_text(encoding="utf-8", errors="replace"))]
+
+
+def iter_files(paths: Iterable[Path], exclude: tuple[str, ...]) -> Iterator[Path]:
+    """Python files and notebooks under `paths`, skipping virtualenvs, caches and `exclude`."""
+    for root in paths:
+        if root.is_file():
+            yield root
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(
+                d for d in dirnames
+                if d not in _SKIP_DIRS and not _excluded(os.path.join(dirpath, d), exclude)
+            )
+            for name in sorted(filenames):
+                if name.endswith((".py", ".ipynb")):
+                    full = os.path.join(dirpath, name)
+                    if not _excluded(full, exclude):
+                        yield Path(full)
+
+
+def _excluded(path: str, patterns: tuple[str, ...]) -> bool:
+    normalized = path.replace(os.sep, "/").removeprefix("./")
+    return any(fnmatch.fnmatch(normalized, p) or fnmatch.fnmatch(normalized, f"*/{p}")
+               for p in patterns)

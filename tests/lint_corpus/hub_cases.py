@@ -1,0 +1,41 @@
+"""huggingface_hub, datasets, sentence-transformers, vLLM, timm, open_clip and hf:// paths."""
+
+import datasets
+import open_clip
+import pandas as pd
+import timm
+from datasets import load_dataset, load_dataset_builder
+from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+from sentence_transformers import CrossEncoder, SentenceTransformer
+from vllm import LLM
+
+config = hf_hub_download("acme/bert", "config.json")
+config_ok = hf_hub_download(repo_id="acme/bert", filename="config.json", revision="79a579b0a251dfd74d363b615e210828963a37d1")
+folder = snapshot_download("acme/bert", revision="v1.0")
+data_files = snapshot_download(repo_id="acme/squad", repo_type="dataset")
+space = snapshot_download("acme/demo", repo_type="space")
+api_file = HfApi().hf_hub_download("acme/bert", "config.json")
+
+squad = load_dataset("acme/squad")
+squad_ok = load_dataset("acme/squad", revision="ae50bcfa009c368a3a91495098d8bf545301e72d")
+builder = datasets.load_dataset_builder("acme/squad", revision="main")
+local_json = load_dataset("json", data_files="train.jsonl")
+local_dir = load_dataset("./data")
+also_builder = load_dataset_builder(path="acme/squad")
+
+st = SentenceTransformer("acme/st")
+st_ok = SentenceTransformer("acme/st", revision="ff448545d81eb595d201858853c12c34f0f9d36d")
+ce = CrossEncoder(model_name="acme/st")
+
+llm_ok = LLM(model="acme/llama", revision="c84d61dfa5650c9d2af6b98349ecd54bb24f23a6",
+             tokenizer_revision="c84d61dfa5650c9d2af6b98349ecd54bb24f23a6")
+llm_half = LLM(model="acme/llama", revision="c84d61dfa5650c9d2af6b98349ecd54bb24f23a6")
+llm_tok = LLM("acme/llama", tokenizer="acme/tok", revision="c84d61dfa5650c9d2af6b98349ecd54bb24f23a6")
+
+vit = timm.create_model("hf-hub:acme/vit", pretrained=True)
+vit_ok = timm.create_model("hf-hub:acme/vit@978594578b097c5b7fc69be31c6feebf7609f76d", pretrained=True)
+clip, _, preprocess = open_clip.create_model_and_transforms("hf-hub:acme/clip@main")
+clip_tok = open_clip.get_tokenizer("hf-hub:acme/clip")
+
+frame = pd.read_parquet("hf://datasets/acme/squad/data/train.parquet")
+frame_ok = pd.read_parquet("hf://datasets/acme/squad@ae50bcfa009c368a3a91495098d8bf545301e72d/data/train.parquet")
