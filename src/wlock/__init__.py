@@ -1,8 +1,27 @@
 """wlock: lock Hugging Face model weights to exact commits and bytes, then sync them anywhere.
 
+    import wlock
+    wlock.revision("acme/tiny-bert")      # the commit weights.lock pins it to
+    wlock.locked("acme/tiny-squad")       # the whole lock entry: revision, files, sizes, hashes
+
 Importing this package imports nothing heavy (no huggingface_hub): it is safe in any script.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+__all__ = ["NotLockedError", "__version__", "locked", "revision"]
+
+if TYPE_CHECKING:
+    from wlock.api import NotLockedError, locked, revision
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so that `import wlock` (and the CLI's start-up) costs nothing until used.
+    if name in ("revision", "locked", "NotLockedError"):
+        from wlock import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'wlock' has no attribute {name!r}")

@@ -18,6 +18,7 @@ from wlock.cli.check_cmd import check
 from wlock.cli.lint_cmd import lint
 from wlock.cli.lock_cmd import lock
 from wlock.cli.manifest_cmds import add, init, remove
+from wlock.cli.run_cmd import run
 from wlock.cli.sync_cmd import sync
 from wlock.errors import ExitCode, WlockError
 
@@ -45,7 +46,7 @@ def cli(debug: bool) -> None:
         os.environ["WLOCK_DEBUG"] = "1"
 
 
-for command in (init, add, remove, lock, sync, check, lint):
+for command in (init, add, remove, lock, sync, check, lint, run):
     cli.add_command(command)
 
 

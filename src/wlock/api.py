@@ -1,0 +1,87 @@
+"""The Python API for code that loads weights: `wlock.revision()` and `wlock.locked()`.
+
+    from transformers import AutoModel
+    import wlock
+
+    model = AutoModel.from_pretrained("acme/tiny-bert", revision=wlock.revision("acme/tiny-bert"))
+
+The lock is found through WLOCK_LOCK (set by `wlock run`), else as the nearest weights.lock
+at or above the current folder. It is parsed once per process and re-read if it changes.
+Nothing here imports huggingface_hub.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from wlock.errors import InvalidFileError, WlockError
+from wlock.lockfile import LOCK_NAME, read_lock
+from wlock.models import Lock, LockedRepo, RepoKind
+
+LOCK_ENV = "WLOCK_LOCK"
+
+_cache: dict[Path, tuple[tuple[int, int], Lock]] = {}
+_cache_lock = threading.Lock()
+
+
+class NotLockedError(WlockError, LookupError):
+    """The repo is not in weights.lock."""
+
+
+def find_lock(start: Path | None = None) -> Path:
+    """WLOCK_LOCK, else the nearest weights.lock at or above `start` (default: the cwd)."""
+    env = os.environ.get(LOCK_ENV)
+    if env:
+        return Path(env)
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / LOCK_NAME).is_file():
+            return folder / LOCK_NAME
+    raise InvalidFileError(
+        LOCK_NAME, f"not found in {here} or any parent folder, and {LOCK_ENV} is not set",
+        hint="Run `wlock lock` in the project, or run your program with `wlock run -- …`.",
+    )
+
+
+def load_lock(path: Path | None = None) -> Lock:
+    """The parsed lock, cached per path while its mtime and size are unchanged."""
+    path = (path or find_lock()).resolve()
+    st = path.stat()
+    stamp = (st.st_mtime_ns, st.st_size)
+    with _cache_lock:
+        hit = _cache.get(path)
+        if hit and hit[0] == stamp:
+            return hit[1]
+    lock = read_lock(path)
+    with _cache_lock:
+        _cache[path] = (stamp, lock)
+    return lock
+
+
+def locked(repo_id: str, *, kind: RepoKind | None = None, lock: Path | None = None) -> LockedRepo:
+    """The lock entry of `repo_id` (a model, or a dataset; pass `kind` when both exist).
+
+    Raises NotLockedError when the repo is not in the lock.
+    """
+    source = load_lock(lock)
+    matches = [r for r in source.repos if r.id == repo_id and (kind is None or r.kind == kind)]
+    if not matches:
+        known = ", ".join(sorted({r.id for r in source.repos})) or "(none)"
+        what = f"{kind} {repo_id!r}" if kind else repr(repo_id)
+        raise NotLockedError(
+            f"{what} is not in {lock or find_lock()}",
+            hint=f"Add it with `wlock add {repo_id}` and `wlock lock`. Locked: {known}.",
+        )
+    if len(matches) > 1:
+        raise NotLockedError(
+            f"{repo_id!r} is locked both as a model and as a dataset",
+            hint='Say which: wlock.revision(id, kind="model") or kind="dataset".',
+        )
+    return matches[0]
+
+
+def revision(repo_id: str, *, kind: RepoKind | None = None, lock: Path | None = None) -> str:
+    """The 40-hex commit weights.lock pins `repo_id` to. Raises NotLockedError if absent."""
+    return locked(repo_id, kind=kind, lock=lock).revision

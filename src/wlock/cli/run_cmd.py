@@ -1,0 +1,76 @@
+"""`wlock run -- CMD...`: run a command offline against the locked cache."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from wlock.cli.options import Settings, common_options
+
+
+@click.command(context_settings={"ignore_unknown_options": True,
+                                 "allow_interspersed_args": False})
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- CMD...")
+@common_options
+def run(command: tuple[str, ...], settings: Settings) -> None:
+    """Run CMD with every Hub load served from the locked cache, offline.
+
+    First checks (sizes and links only, no hashing) that every locked file is in the cache,
+    and says which `wlock sync` is needed if not. Then runs CMD with HF_HUB_OFFLINE=1 (and
+    TRANSFORMERS_OFFLINE, HF_DATASETS_OFFLINE), HF_HUB_CACHE set to the cache, and
+    WLOCK_LOCK set to the lock (so `wlock.revision()` finds it): a load of anything that is
+    not in the cache fails loudly instead of fetching whatever the Hub has today. Exits with
+    CMD's own status.
+
+    \b
+    Examples:
+      wlock run -- python train.py --epochs 3
+      wlock run -- pytest tests/
+    """
+    from wlock.errors import ExitCode, UsageError, WlockError
+    from wlock.lockfile import LOCK_NAME, read_lock
+    from wlock.sync import plan_sync
+    from wlock.units import human_size
+
+    project = settings.project()
+    lock_path = project / LOCK_NAME
+    lock = read_lock(lock_path)
+    plan = plan_sync(lock, settings.cache_dir)
+    if not plan.is_noop:
+        missing = [r for r in plan.repos if r.needs_work]
+        detail = "; ".join(
+            f"{r.repo.id}: {len(r.downloads) + len(r.link)} file(s)"
+            + (f", ref {r.ref}" if r.ref else "") for r in missing
+        )
+        error = WlockError(
+            f"the cache at {settings.cache_dir} does not hold the locked set ({detail}; "
+            f"{human_size(plan.bytes_to_fetch)} to fetch)",
+            hint=f"Run `wlock sync{_cache_flag(settings)}` first.",
+        )
+        error.exit_code = ExitCode.CHECK_FAILED
+        raise error
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "HF_HUB_CACHE": str(settings.cache_dir),
+        "WLOCK_LOCK": str(lock_path),
+    }
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(command[0], list(command), env)  # noqa: S606 - running CMD is the point
+    except FileNotFoundError:
+        raise UsageError(f"command not found: {command[0]}",
+                         hint="Check the command after `--`.") from None
+    except PermissionError:
+        raise UsageError(f"not executable: {command[0]}") from None
+
+
+def _cache_flag(settings: Settings) -> str:
+    from wlock.cli.options import default_cache_dir
+
+    return "" if settings.cache_dir == default_cache_dir() else f" --cache-dir {settings.cache_dir}"

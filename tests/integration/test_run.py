@@ -1,0 +1,96 @@
+"""`wlock run` and the `wlock.revision()` API, with a child Python process that loads through
+huggingface_hub offline: what is locked works, what is not fails loudly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Hub, run_wlock, write_project
+from wlock.lockfile import read_lock
+
+CHILD = """
+import sys
+import wlock
+from huggingface_hub import hf_hub_download
+
+commit = wlock.revision("acme/tiny-bert")
+path = hf_hub_download("acme/tiny-bert", "config.json", revision=commit)
+print("locked ok", commit, path)
+try:
+    hf_hub_download("acme/gated-llama", "config.json")
+except Exception as e:
+    print("unlocked refused:", type(e).__name__)
+    sys.exit(3)
+print("unlocked loaded?!")
+"""
+
+
+@pytest.fixture
+def synced(hub: Hub, tmp_path: Path) -> tuple[Path, Path]:
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    cache = tmp_path / "cache"
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    return project, cache
+
+
+def test_locked_loads_work_and_unlocked_ones_fail(hub: Hub, synced: tuple[Path, Path]) -> None:
+    project, cache = synced
+    (project / "child.py").write_text(CHILD)
+    hub.process.reset_stats()
+    result = run_wlock("run", "--cache-dir", str(cache), "--", sys.executable, "child.py",
+                       cwd=project, env={"HF_ENDPOINT": hub.endpoint})
+    commit = read_lock(project / "weights.lock").repos[0].revision
+    assert result.stdout.splitlines()[0].startswith(f"locked ok {commit} {cache}/")
+    assert result.stdout.splitlines()[1].startswith("unlocked refused: ")
+    assert result.code == 3  # the command's own status
+    assert hub.process.stats()["requests"] == {"hub": 0, "cdn": 0}
+
+
+def test_run_refuses_an_incomplete_cache_and_names_the_sync(hub: Hub, tmp_path: Path) -> None:
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    cache = tmp_path / "empty-cache"
+    result = run_wlock("run", "--cache-dir", str(cache), "--", "true", cwd=project)
+    assert result.code == 1
+    assert result.stderr == (
+        f"error: the cache at {cache} does not hold the locked set (acme/tiny-bert: 9 file(s), "
+        "ref main; 329.0 kB to fetch)\n"
+        f"hint: Run `wlock sync --cache-dir {cache}` first.\n"
+    )
+
+
+def test_run_reports_a_missing_command(synced: tuple[Path, Path]) -> None:
+    project, cache = synced
+    result = run_wlock("run", "--cache-dir", str(cache), "--", "no-such-command-xyz",
+                       cwd=project)
+    assert result.code == 2
+    assert result.stderr.startswith("error: command not found: no-such-command-xyz\n")
+
+
+def test_revision_api(synced: tuple[Path, Path]) -> None:
+    project, _ = synced
+    code = (
+        "import sys, wlock\n"
+        "assert 'huggingface_hub' not in sys.modules\n"
+        "print(wlock.revision('acme/tiny-bert'))\n"
+        "print(len(wlock.locked('acme/tiny-bert').files))\n"
+        "assert 'huggingface_hub' not in sys.modules\n"
+        "try:\n    wlock.revision('acme/nope')\n"
+        "except wlock.NotLockedError as e:\n    print(e); print(e.hint)\n"
+    )
+    nested = project / "src" / "deep"
+    nested.mkdir(parents=True)  # found by walking up, as from anywhere in the project
+    child = subprocess.run([sys.executable, "-c", code], cwd=nested, capture_output=True,
+                           text=True)
+    assert child.returncode == 0, child.stderr
+    commit = read_lock(project / "weights.lock").repos[0].revision
+    assert child.stdout.splitlines() == [
+        commit, "9", f"'acme/nope' is not in {project / 'weights.lock'}",
+        "Add it with `wlock add acme/nope` and `wlock lock`. Locked: acme/tiny-bert.",
+    ]
