@@ -16,6 +16,7 @@ A revision is pinned when it is a 40-hex literal, a module-level constant holdin
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -62,14 +63,45 @@ class LoadSite:
     default_model: bool = False  # pipeline(task) with no model: the task's default
 
 
+# A line that could hold (part of) a load: a call we know by name, or a hub string. A file
+# with none is not parsed at all.
+CANDIDATE = re.compile(
+    r"\b(?:from_pretrained|pipeline|hf_hub_download|snapshot_download|load_dataset"
+    r"|load_dataset_builder|SentenceTransformer|CrossEncoder|LLM)\s*\(|hf-hub:|hf://"
+)
+
+
+def candidate_lines(text: str) -> list[int]:
+    """1-based numbers of the lines a load could start on, in order."""
+    return [n for n, line in enumerate(text.split("\n"), start=1) if CANDIDATE.search(line)]
+
+
 def scan(source: Source) -> tuple[list[LoadSite], str | None]:
     """The load sites in `source`, and a syntax error message if it does not parse."""
+    lines = candidate_lines(source.text)
+    if not lines:
+        return [], None
     try:
         tree = ast.parse(source.text)
     except SyntaxError as e:
         return [], f"{source.where}:{e.lineno}: cannot parse: {e.msg}"
     visitor = _Visitor(source, tree)
-    visitor.visit(tree)
+    # Only subtrees that span a candidate line are walked: on the transformers source this
+    # skips most of every file (measured: the walk went from 13 s to under 1 s).
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Call):
+            visitor.visit_Call(node)
+        for child in ast.iter_child_nodes(node):
+            end = getattr(child, "end_lineno", None)
+            if end is not None:
+                start = child.lineno  # type: ignore[attr-defined]
+                i = bisect.bisect_left(lines, start)
+                if i == len(lines) or lines[i] > end:
+                    continue
+            stack.append(child)
+    visitor.sites.sort(key=lambda s: (s.line, s.col, s.param))
     return visitor.sites, None
 
 
@@ -93,7 +125,7 @@ def _dotted(node: ast.expr) -> str:
     return "…"
 
 
-class _Visitor(ast.NodeVisitor):
+class _Visitor:
     def __init__(self, source: Source, tree: ast.Module) -> None:
         self.source = source
         self.lines = source.text.split("\n")
@@ -101,6 +133,8 @@ class _Visitor(ast.NodeVisitor):
         self.constants = _module_constants(tree)
         self.wlock_modules: set[str] = set()  # names bound to the wlock module
         self.wlock_revision: set[str] = set()  # names bound to wlock.revision
+        if "wlock" not in source.text:
+            return  # walking a whole tree for imports costs more than parsing it
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -230,7 +264,6 @@ class _Visitor(ast.NodeVisitor):
             self._add(node, "vllm", self._repo(tokenizer) if tokenizer else repo, "model",
                       "tokenizer_revision")
         self._hub_strings(node)
-        self.generic_visit(node)
 
     def _from_pretrained(self, node: ast.Call, receiver: str) -> None:
         if receiver.startswith("PeftModel"):
