@@ -6,21 +6,18 @@ Hub attests, and turns the Hub's failures into WlockErrors that say what to do.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wlock.errors import (
-    GatedRepoError,
     HubError,
     HubUnreachableError,
-    RateLimitedError,
-    RepoNotFoundError,
     RevisionNotFoundError,
     UnsafePathError,
 )
+from wlock.hubstatus import hub_error, is_transient, retry_delay
 from wlock.lockfile import is_commit, safe_repo_path
 from wlock.models import LockedFile, RepoKind
 
@@ -32,7 +29,6 @@ T = TypeVar("T")
 DEFAULT_ENDPOINT = "https://huggingface.co"
 MAX_ATTEMPTS = 6
 MAX_TRANSPORT_ATTEMPTS = 4
-MAX_RETRY_AFTER = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +104,9 @@ class HubClient:
                 return call()
             except HfHubHTTPError as e:
                 status = e.response.status_code if e.response is not None else None
-                retryable = status == 429 or (status is not None and status >= 500)
-                if not retryable or attempt == MAX_ATTEMPTS:
+                if not is_transient(status) or attempt == MAX_ATTEMPTS:
                     raise self._translate(e, kind, repo_id, ref) from None
-                self._sleep(_retry_delay(attempt, e.response.headers.get("Retry-After")))
+                self._sleep(retry_delay(attempt, e.response.headers.get("Retry-After")))
             except httpx2.TransportError as e:
                 # huggingface_hub lets its transport's errors through (connect, read, timeout).
                 # A dropped connection is worth a few quick retries; a refused one rarely
@@ -122,7 +117,7 @@ class HubClient:
                         repo=repo_id,
                         hint="Check the network, or the endpoint (--endpoint / HF_ENDPOINT).",
                     ) from None
-                self._sleep(_retry_delay(attempt, None))
+                self._sleep(retry_delay(attempt, None))
         raise AssertionError("unreachable")
 
     def _translate(self, e: Exception, kind: RepoKind, repo_id: str, ref: str) -> HubError:
@@ -131,51 +126,19 @@ class HubClient:
         response: Any = getattr(e, "response", None)
         status = response.status_code if response is not None else None
         code = response.headers.get("X-Error-Code") if response is not None else None
-        need_token = "set HF_TOKEN (or pass --token) with a token that has access"  # noqa: S105
-        if isinstance(e, hf.GatedRepoError) or code == "GatedRepo":
-            return GatedRepoError(
-                f"{kind} {repo_id} is gated and this request was refused ({status})",
-                repo=repo_id,
-                hint=f"Accept its terms on the Hub, then {need_token}.",
-            )
-        if isinstance(e, hf.RepositoryNotFoundError):
-            return RepoNotFoundError(
-                f"{kind} {repo_id} was not found on {self.endpoint}",
-                repo=repo_id,
-                hint=f"Check the id in weights.toml; if the repo is private, {need_token}.",
-            )
-        if isinstance(e, hf.RevisionNotFoundError):
+        # huggingface_hub's classes first: it knows answers that carry no X-Error-Code.
+        if isinstance(e, hf.GatedRepoError):
+            code = "GatedRepo"
+        elif isinstance(e, hf.RepositoryNotFoundError):
+            code = "RepoNotFound"
+        elif isinstance(e, hf.RevisionNotFoundError) or code == "RevisionNotFound":
             return RevisionNotFoundError(
                 f"{kind} {repo_id}: revision {ref!r} not found",
                 repo=repo_id,
                 hint="Check `ref` in weights.toml: a branch, a tag or a 40-hex commit.",
             )
-        if status == 429:
-            return RateLimitedError(
-                f"{kind} {repo_id}: the Hub is rate limiting us (429) after "
-                f"{MAX_ATTEMPTS} attempts",
-                repo=repo_id,
-                hint=f"Wait and retry; an authenticated token gets higher limits ({need_token}).",
-            )
-        if status in (401, 403):
-            return HubError(
-                f"{kind} {repo_id}: unauthorized ({status})",
-                repo=repo_id, hint=f"Your token may be invalid or expired: {need_token}.",
-            )
-        return HubError(
-            f"{kind} {repo_id}: the Hub answered {status}",
-            repo=repo_id, hint="Retry later; if it persists, check the endpoint's status.",
-        )
-
-
-def _retry_delay(attempt: int, retry_after: str | None) -> float:
-    if retry_after:
-        try:
-            return float(min(MAX_RETRY_AFTER, max(0.0, float(retry_after))))
-        except ValueError:
-            pass  # an HTTP-date: fall back to our own backoff
-    backoff: float = min(8.0, 0.25 * 2 ** (attempt - 1))
-    return backoff * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not security
+        return hub_error(status, code, kind=kind, repo_id=repo_id, endpoint=self.endpoint,
+                         attempts=MAX_ATTEMPTS)
 
 
 def files_from_siblings(repo_id: str, siblings: Iterable[Any]) -> tuple[LockedFile, ...]:

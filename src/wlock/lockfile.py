@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from wlock.atomic import write_text_atomic
 from wlock.errors import InvalidFileError, LockStaleError
 from wlock.models import REPO_KINDS, Lock, LockedFile, LockedRepo, Manifest, RepoKind
-from wlock.tomlpos import TomlLocator, line_of_decode_error
+from wlock.tomlpos import read_toml
 
 LOCK_NAME = "weights.lock"
 LOCK_VERSION = 1
@@ -125,23 +124,9 @@ def write_lock(path: Path, lock: Lock) -> bool:
 def read_lock(path: Path) -> Lock:
     """Parse and validate weights.lock. Raises InvalidFileError (exit 4) naming line and key."""
     display = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidFileError(
-            display, "not found", hint="Run `wlock lock` to create it."
-        ) from None
-    except UnicodeDecodeError as e:
-        raise InvalidFileError(display, f"not UTF-8 text ({e.reason})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise InvalidFileError(
-            display, f"invalid TOML: {e}", line=line_of_decode_error(str(e)),
-            hint="weights.lock is generated: run `wlock lock` to write it again.",
-        ) from None
-    locator = TomlLocator(text)
     regenerate = "weights.lock is generated: run `wlock lock` to write it again."
+    data, locator = read_toml(path, missing="Run `wlock lock` to create it.",
+                              invalid=regenerate)
 
     def fail(problem: str, key: str, line: int | None) -> InvalidFileError:
         return InvalidFileError(display, problem, line=line, key=key, hint=regenerate)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from wlock.atomic import write_text_atomic
 from wlock.errors import InvalidFileError, UsageError
 from wlock.models import REPO_KINDS, Manifest, ManifestEntry, RepoKind
-from wlock.tomlpos import TomlLocator, line_of_decode_error
+from wlock.tomlpos import TomlLocator, read_toml
 
 MANIFEST_NAME = "weights.toml"
 ENTRY_KEYS = ("id", "ref", "include", "exclude")
@@ -73,20 +72,9 @@ def read_manifest(path: Path) -> Manifest:
     Raises InvalidFileError (exit 4) naming the file, line and key of the first problem.
     """
     display = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidFileError(
-            display, "not found", hint="Run `wlock init` to create one, or pass --project DIR."
-        ) from None
-    except UnicodeDecodeError as e:
-        raise InvalidFileError(display, f"not UTF-8 text ({e.reason})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        line = line_of_decode_error(str(e))
-        raise InvalidFileError(display, f"invalid TOML: {e}", line=line) from None
-    locator = TomlLocator(text)
+    data, locator = read_toml(
+        path, missing="Run `wlock init` to create one, or pass --project DIR."
+    )
 
     for key in data:
         if key not in TOP_LEVEL_KEYS:

@@ -3,6 +3,35 @@
 from __future__ import annotations
 
 import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from wlock.errors import InvalidFileError
+
+
+def read_toml(
+    path: Path, *, missing: str, invalid: str | None = None
+) -> tuple[dict[str, Any], TomlLocator]:
+    """Parse a TOML file for validation: its data and a locator for its keys' lines.
+
+    Raises InvalidFileError (exit 4) with `missing` as the hint when the file does not exist,
+    and with `invalid` when it is not UTF-8 TOML.
+    """
+    display = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidFileError(display, "not found", hint=missing) from None
+    except UnicodeDecodeError as e:
+        raise InvalidFileError(display, f"not UTF-8 text ({e.reason})", hint=invalid) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InvalidFileError(
+            display, f"invalid TOML: {e}", line=line_of_decode_error(str(e)), hint=invalid
+        ) from None
+    return data, TomlLocator(text)
 
 
 def line_of_decode_error(message: str) -> int | None:

@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import queue
-import random
 import subprocess
 import sys
 import threading
@@ -29,15 +28,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urljoin, urlsplit
 
 from wlock import __version__
-from wlock.errors import (
-    GatedRepoError,
-    HubError,
-    HubUnreachableError,
-    RateLimitedError,
-    RepoNotFoundError,
-    RevisionNotFoundError,
-)
+from wlock.errors import HubError, HubUnreachableError, RevisionNotFoundError
 from wlock.hashing import hash_file
+from wlock.hubstatus import hub_error, is_transient, retry_delay
 from wlock.models import RepoKind
 
 if TYPE_CHECKING:
@@ -46,7 +39,6 @@ if TYPE_CHECKING:
 LARGE_FILE = 8 * 1024 * 1024
 MAX_REDIRECTS = 10
 MAX_ATTEMPTS = 5
-MAX_RETRY_AFTER = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +131,7 @@ class Transfer:
                     job.temp.unlink()
                 if attempt == MAX_ATTEMPTS:
                     raise e.final from None
-                time.sleep(e.delay if e.delay is not None else _backoff(attempt))
+                time.sleep(e.delay if e.delay is not None else retry_delay(attempt, None))
         if actual_size != job.size or actual_hash != job.etag:
             with contextlib.suppress(FileNotFoundError):
                 job.temp.unlink()
@@ -157,7 +149,7 @@ class Transfer:
             return urljoin(url, response.headers["Location"])
         if response.status_code >= 400:
             response.read()
-            raise _classify(response, job)
+            raise _classify(response, job, self.endpoint)
         return None
 
     def _resolve(self, job: FetchJob) -> str:
@@ -314,53 +306,22 @@ class _Retryable(Exception):
         self.final, self.delay = final, delay
 
 
-def _classify(response: httpx2.Response, job: FetchJob) -> Exception:
+def _classify(response: httpx2.Response, job: FetchJob, endpoint: str) -> Exception:
     status, code = response.status_code, response.headers.get("X-Error-Code")
-    where = f"{job.kind} {job.repo_id}"
-    need_token = "set HF_TOKEN (or pass --token) with a token that has access"  # noqa: S105
-    if code == "GatedRepo":
-        return GatedRepoError(
-            f"{where} is gated and the download was refused ({status})", repo=job.repo_id,
-            hint=f"Accept its terms on the Hub, then {need_token}.",
-        )
-    if code == "RepoNotFound":
-        return RepoNotFoundError(
-            f"{where} was not found on the Hub ({status})", repo=job.repo_id,
-            hint=f"If the repo is private, {need_token}; if it was deleted, re-lock.",
-        )
     if code in ("RevisionNotFound", "EntryNotFound"):
         what = "commit" if code == "RevisionNotFound" else f"file {job.path!r} at commit"
         return RevisionNotFoundError(
-            f"{where}: {what} {job.revision[:7]} is no longer on the Hub ({status})",
-            repo=job.repo_id, hint="The history was rewritten upstream: re-lock with "
+            f"{job.kind} {job.repo_id}: {what} {job.revision[:7]} is no longer on the Hub "
+            f"({status})", repo=job.repo_id,
+            hint="The history was rewritten upstream: re-lock with "
             f"`wlock lock --upgrade-package {job.repo_id}`.",
         )
-    if status == 429:
-        return _Retryable(RateLimitedError(
-            f"{where}: the Hub is rate limiting us (429) after {MAX_ATTEMPTS} attempts",
-            repo=job.repo_id, hint=f"Wait and retry; a token gets higher limits ({need_token}).",
-        ), delay=_retry_after(response.headers.get("Retry-After")))
-    if status >= 500:
-        return _Retryable(HubError(
-            f"{where}: the Hub answered {status} for {job.path!r}", repo=job.repo_id,
-            hint="Retry later.",
-        ))
-    if status in (401, 403):
-        return HubError(f"{where}: unauthorized ({status})", repo=job.repo_id,
-                        hint=f"Your token may be invalid or expired: {need_token}.")
-    return HubError(f"{where}: the Hub answered {status} for {job.path!r}", repo=job.repo_id)
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return min(MAX_RETRY_AFTER, max(0.0, float(value))) if value else None
-    except ValueError:
-        return None
-
-
-def _backoff(attempt: int) -> float:
-    base: float = min(8.0, 0.25 * 2 ** (attempt - 1))
-    return base * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not security
+    error = hub_error(status, code, kind=job.kind, repo_id=job.repo_id, endpoint=endpoint,
+                      attempts=MAX_ATTEMPTS, about=job.path)
+    if is_transient(status):
+        retry_after = response.headers.get("Retry-After")
+        return _Retryable(error, delay=retry_delay(1, retry_after) if retry_after else None)
+    return error
 
 
 def _origin(url: str) -> tuple[str, str, int]:

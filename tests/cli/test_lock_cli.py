@@ -174,7 +174,7 @@ def test_gated_repo_needs_a_token_and_the_token_is_never_shown(hub: Hub, tmp_pat
                        cwd=project)
     assert result.code == 5
     assert result.stderr.endswith(
-        "error: model acme/gated-llama is gated and this request was refused (403)\n"
+        "error: model acme/gated-llama is gated and the request was refused (403)\n"
         "hint: Accept its terms on the Hub, then set HF_TOKEN (or pass --token) with a token "
         "that has access.\n"
     )

@@ -200,7 +200,7 @@ def test_gated_repo_with_and_without_token(hub: Hub, tmp_path: Path) -> None:
     assert refused.code == 5
     assert refused.stderr.startswith(
         "error: 2 files failed:\n"
-        "  model acme/gated-llama is gated and the download was refused (401)\n"
+        "  model acme/gated-llama is gated and the request was refused (401)\n"
     )
     assert "hint: Accept its terms on the Hub, then set HF_TOKEN" in refused.stderr
     wrong = sync(hub, project, cache, "--token", "hf_not_granted")
@@ -388,4 +388,5 @@ def test_persistent_server_errors_give_up_with_exit_5(hub: Hub, tmp_path: Path) 
     assert result.code == 5
     assert result.stderr.startswith(
         "error: model acme/tiny-bert: the Hub answered 503 for 'config.json'\n"
+        "hint: Retry later; if it persists, check the endpoint's status.\n"
     )
