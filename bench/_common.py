@@ -32,6 +32,24 @@ def random_file(path: Path, size: int) -> Path:
     return path
 
 
+def shards_repo(root: Path, shards: int, shard_mb: int, small: int) -> Path:
+    """A store at `root/store` holding model `bench/shards`: `shards` shards of `shard_mb` MiB
+    of random bytes plus `small` small JSON files and a config.json. Returns the store."""
+    from wlock.hubserver.store import StoreBuilder
+
+    files: dict[str, bytes | Path] = {}
+    for n in range(shards):
+        name = f"model-{n + 1:05d}-of-{shards:05d}.safetensors"
+        files[name] = random_file(root / "gen" / name, shard_mb * 2**20)
+    for n in range(small):
+        files[f"extra/file-{n:03d}.json"] = os.urandom(2048 + n)
+    files["config.json"] = b'{"model_type": "bench"}\n'
+    StoreBuilder(root / "store").commit("model", "bench/shards", files)
+    for generated in (root / "gen").iterdir():
+        generated.unlink()  # the store holds its own copy (or a hard link)
+    return root / "store"
+
+
 def timed(fn: Callable[[], object]) -> float:
     started = time.perf_counter()
     fn()

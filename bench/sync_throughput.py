@@ -17,10 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import WLOCK, compile_wlock, machine, median, random_file, run, timed
+from _common import WLOCK, compile_wlock, machine, median, run, shards_repo, timed
 
 from wlock.hubserver.process import HubProcess
-from wlock.hubserver.store import StoreBuilder
 
 SNAPSHOT_DOWNLOAD = (
     "import sys; from huggingface_hub import snapshot_download; "
@@ -40,16 +39,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="wlock-bench-", dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
-        files: dict[str, bytes | Path] = {}
-        for n in range(args.shards):
-            name = f"model-{n + 1:05d}-of-{args.shards:05d}.safetensors"
-            files[name] = random_file(root / "gen" / name, args.shard_mb * 2**20)
-        for n in range(args.small):
-            files[f"extra/file-{n:03d}.json"] = os.urandom(2048 + n)
-        files["config.json"] = b'{"model_type": "bench"}\n'
-        builder = StoreBuilder(root / "store")
-        builder.commit("model", "bench/shards", files)
-        shutil.rmtree(root / "gen")
+        shards_repo(root, args.shards, args.shard_mb, args.small)
         total = sum((root / "store" / "objects" / o).stat().st_size
                     for o in os.listdir(root / "store" / "objects"))
         project = root / "project"
