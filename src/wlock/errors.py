@@ -33,6 +33,13 @@ class WlockError(Exception):
         return self.message
 
 
+class CheckFailedError(WlockError):
+    """Bytes missing or wrong: the cache is not what the lock says."""
+
+    exit_code = ExitCode.CHECK_FAILED
+    label = "check failed"
+
+
 class UsageError(WlockError):
     exit_code = ExitCode.USAGE
     label = "usage"

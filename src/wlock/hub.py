@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
 MAX_ATTEMPTS = 6
 MAX_TRANSPORT_ATTEMPTS = 4
 
@@ -36,7 +35,6 @@ class RemoteSnapshot:
     """A repo at one commit, as the Hub lists it."""
 
     kind: RepoKind
-    requested_id: str
     hub_id: str  # differs from requested_id when the Hub redirected a renamed repo
     revision: str
     files: tuple[LockedFile, ...]
@@ -91,7 +89,7 @@ class HubClient:
             )
             files = files_from_tree(repo_id, entries)
         return RemoteSnapshot(
-            kind=kind, requested_id=repo_id, hub_id=str(getattr(info, "id", repo_id)),
+            kind=kind, hub_id=str(getattr(info, "id", repo_id)),
             revision=sha, files=files,
         )
 

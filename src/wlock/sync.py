@@ -26,7 +26,7 @@ from wlock.cache import (
     temp_blob_path,
     write_empty_blob,
 )
-from wlock.errors import ExitCode, HubError, LocalError, WlockError
+from wlock.errors import CheckFailedError, ExitCode, HubError, LocalError, WlockError
 from wlock.models import Lock, LockedFile, LockedRepo, RepoSyncPlan, SyncPlan, SyncResult
 from wlock.units import human_size
 
@@ -34,14 +34,21 @@ DEFAULT_JOBS = 4
 DEFAULT_CONNECTIONS = 8
 
 
-class IntegrityFailure(WlockError):
+class IntegrityFailure(CheckFailedError):
     """Downloaded bytes did not match the lock, twice (exit 1)."""
-
-    exit_code = ExitCode.CHECK_FAILED
 
 
 class SyncFailed(WlockError):
     """Several files failed; the exit code is the most telling of their codes."""
+
+    def __init__(self, failures: list[WlockError]) -> None:
+        codes = {f.exit_code for f in failures}
+        super().__init__(
+            f"{len(failures)} files failed:\n" + "\n".join(f"  {f.message}" for f in failures),
+            hint=failures[0].hint,
+        )
+        # Wrong bytes say more than a flaky network; otherwise the lowest (Hub before local).
+        self.exit_code = ExitCode.CHECK_FAILED if ExitCode.CHECK_FAILED in codes else min(codes)
 
 
 def plan_sync(lock: Lock, cache_dir: Path) -> SyncPlan:
@@ -166,14 +173,7 @@ def execute_plan(
     if failures:
         if len(failures) == 1:
             raise failures[0]
-        codes = {f.exit_code for f in failures}
-        code = ExitCode.CHECK_FAILED if ExitCode.CHECK_FAILED in codes else min(codes)
-        error = SyncFailed(
-            f"{len(failures)} files failed:\n" + "\n".join(f"  {f.message}" for f in failures),
-            hint=failures[0].hint,
-        )
-        error.exit_code = code
-        raise error
+        raise SyncFailed(failures)
     return SyncResult(plan=plan, fetched_files=len(downloads), fetched_bytes=fetched_bytes,
                       linked=linked, seconds=time.monotonic() - started)
 

@@ -37,7 +37,7 @@ class FakeHub:
 
     def __call__(self, entry: ManifestEntry) -> RemoteSnapshot:
         self.calls.append(entry.id)
-        return RemoteSnapshot(kind=entry.kind, requested_id=entry.id, hub_id=entry.id,
+        return RemoteSnapshot(kind=entry.kind, hub_id=entry.id,
                               revision=self.heads[entry.id], files=FILES)
 
 

@@ -29,7 +29,7 @@ def run(command: tuple[str, ...], settings: Settings) -> None:
       wlock run -- python train.py --epochs 3
       wlock run -- pytest tests/
     """
-    from wlock.errors import ExitCode, UsageError, WlockError
+    from wlock.errors import CheckFailedError, UsageError
     from wlock.lockfile import LOCK_NAME, read_lock
     from wlock.sync import plan_sync
     from wlock.units import human_size
@@ -44,13 +44,11 @@ def run(command: tuple[str, ...], settings: Settings) -> None:
             f"{r.repo.id}: {len(r.downloads) + len(r.link)} file(s)"
             + (f", ref {r.ref}" if r.ref else "") for r in missing
         )
-        error = WlockError(
+        raise CheckFailedError(
             f"the cache at {settings.cache_dir} does not hold the locked set ({detail}; "
             f"{human_size(plan.bytes_to_fetch)} to fetch)",
             hint=f"Run `wlock sync{_cache_flag(settings)}` first.",
         )
-        error.exit_code = ExitCode.CHECK_FAILED
-        raise error
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",

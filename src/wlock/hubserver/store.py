@@ -57,9 +57,6 @@ class StoredFile:
     def pointer_size(self) -> int:
         return len(lfs_pointer(self.sha256, self.size))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"size": self.size, "sha256": self.sha256, "blob_id": self.blob_id, "lfs": self.lfs}
-
 
 @dataclass(frozen=True, slots=True)
 class Commit:
