@@ -32,6 +32,19 @@ EXPECTED = [
     ("hub_cases.py:37:61", "WL102", "acme/clip", "@"),
     ("hub_cases.py:38:36", "WL101", "acme/clip", "@"),
     ("hub_cases.py:40:25", "WL101", "acme/squad", "@"),
+    ("hub_cases.py:45:16", "WL103", "acme/bert", "revision"),
+    ("hub_cases.py:46:17", "WL103", "acme/squad", "revision"),
+    ("hub_cases.py:47:15", "WL103", "acme/st", "revision"),
+    ("hub_cases.py:48:16", "WL103", "acme/llama", "revision"),
+    ("hub_cases.py:48:16", "WL103", "acme/llama", "tokenizer_revision"),
+    ("hub_cases.py:49:35", "WL103", "acme/vit", "@"),
+    ("hub_cases.py:50:27", "WL103", "acme/squad", "@"),
+    ("hub_cases.py:54:5", "WL200", None, "revision"),
+    ("hub_cases.py:55:5", "WL200", None, "revision"),
+    ("hub_cases.py:56:5", "WL200", None, "revision"),
+    ("hub_cases.py:57:5", "WL200", None, "revision"),
+    ("hub_cases.py:57:5", "WL200", None, "tokenizer_revision"),
+    ("hub_cases.py:58:12", "WL200", "acme/bert", "revision"),
     ("notebook.ipynb[cell 3]:1:9", "WL101", "acme/bert", "revision"),
     ("transformers_cases.py:31:12", "WL101", "acme/bert", "revision"),
     ("transformers_cases.py:32:19", "WL101", "acme/bert", "revision"),
@@ -79,7 +92,7 @@ def test_every_family_gives_the_exact_findings(corpus: Path) -> None:
     assert findings(result) == EXPECTED
     report = json.loads(result.stdout)
     assert report["files"] == 3  # excluded/ is skipped by [tool.wlock.lint] exclude
-    assert report["loads"] == 58
+    assert report["loads"] == 71
 
 
 def test_text_output_says_what_to_write(corpus: Path) -> None:
@@ -104,7 +117,7 @@ def test_text_output_says_what_to_write(corpus: Path) -> None:
 
 def test_fix_then_lint_leaves_nothing_fixable_and_code_that_parses(corpus: Path) -> None:
     fixed = run_wlock("lint", "--fix", "--format", "json", cwd=corpus)
-    assert fixed.stderr.startswith("Fixed 32 finding(s) in 3 file(s).")
+    assert fixed.stderr.startswith("Fixed 39 finding(s) in 3 file(s).")
     again = run_wlock("lint", "--format", "json", cwd=corpus)
     left = findings(again)
     assert [f for f in json.loads(again.stdout)["findings"] if f["fix"]] == []
@@ -122,9 +135,11 @@ def test_fix_then_lint_leaves_nothing_fixable_and_code_that_parses(corpus: Path)
         '    "acme/llama",\n    torch_dtype="auto",\n'
         '    revision="c84d61dfa5650c9d2af6b98349ecd54bb24f23a6",\n)'
     ) in text
-    assert 'HfApi().hf_hub_download("acme/bert", "config.json", revision=' in (
-        corpus / "hub_cases.py"
-    ).read_text()
+    hub_text = (corpus / "hub_cases.py").read_text()
+    assert 'HfApi().hf_hub_download("acme/bert", "config.json", revision=' in hub_text
+    llama = "c84d61dfa5650c9d2af6b98349ecd54bb24f23a6"
+    assert (f'mismatch_llm = LLM(model="acme/llama", revision="{llama}", '
+            f'tokenizer_revision="{llama}")') in hub_text
     assert '"hf-hub:acme/clip@ce0c72bcc8eaaea1e4a3eaa0d7cf3bd9e757fd5a"' in (
         corpus / "hub_cases.py"
     ).read_text()

@@ -39,3 +39,24 @@ clip_tok = open_clip.get_tokenizer("hf-hub:acme/clip")
 
 frame = pd.read_parquet("hf://datasets/acme/squad/data/train.parquet")
 frame_ok = pd.read_parquet("hf://datasets/acme/squad@ae50bcfa009c368a3a91495098d8bf545301e72d/data/train.parquet")
+
+# Pinned, but to another commit than weights.lock's, and dynamic ids or revisions.
+OLD = "2222222222222222222222222222222222222222"
+mismatch_hub = snapshot_download("acme/bert", revision=OLD)
+mismatch_data = load_dataset("acme/squad", revision=OLD)
+mismatch_st = SentenceTransformer("acme/st", revision=OLD)
+mismatch_llm = LLM(model="acme/llama", revision=OLD, tokenizer_revision=OLD)
+mismatch_timm = timm.create_model("hf-hub:acme/vit@2222222222222222222222222222222222222222")
+mismatch_hf = pd.read_csv("hf://datasets/acme/squad@2222222222222222222222222222222222222222/x.csv")
+
+
+def dynamic_everywhere(repo, rev):
+    hf_hub_download(repo, "config.json")
+    load_dataset(repo, revision=rev)
+    SentenceTransformer(f"acme/{repo}")
+    LLM(model=repo)
+    return snapshot_download("acme/bert", revision=rev)
+
+
+local_st = SentenceTransformer("/opt/models/st")
+local_hub = load_dataset("~/data/squad")

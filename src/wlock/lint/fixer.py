@@ -66,34 +66,37 @@ def fix_source(text: str, findings: list[Finding]) -> tuple[str, int]:
     import libcst as cst
     from libcst.metadata import MetadataWrapper, PositionProvider
 
-    wanted = {(f.line, f.col - 1): f for f in findings}
+    # One call can carry several findings (vLLM: revision and tokenizer_revision).
+    wanted: dict[tuple[int, int], list[Finding]] = defaultdict(list)
+    for f in findings:
+        wanted[(f.line, f.col - 1)].append(f)
     applied = 0
 
     class Pin(cst.CSTTransformer):
         METADATA_DEPENDENCIES = (PositionProvider,)
 
-        def _finding(self, node: cst.CSTNode) -> Finding | None:
+        def _findings(self, node: cst.CSTNode) -> list[Finding]:
             pos = self.get_metadata(PositionProvider, node).start
-            return wanted.get((pos.line, pos.column))
+            return wanted.get((pos.line, pos.column), [])
 
         def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
             nonlocal applied
-            finding = self._finding(original)
             # `HfApi().hf_hub_download(…)` and `HfApi()` start at the same place: the name
             # tells them apart.
-            if (finding is None or finding.param == "@" or finding.fix is None
-                    or _dotted(original.func) != finding.call):
-                return updated
-            applied += 1
-            pinned: cst.BaseExpression = _set_keyword(updated, finding.param, finding.fix)
+            name = _dotted(original.func)
+            pinned: cst.BaseExpression = updated
+            for finding in self._findings(original):
+                if finding.param != "@" and finding.fix and finding.call == name:
+                    pinned = _set_keyword(pinned, finding.param, finding.fix)
+                    applied += 1
             return pinned
 
         def leave_SimpleString(
             self, original: cst.SimpleString, updated: cst.SimpleString
         ) -> cst.BaseExpression:
             nonlocal applied
-            finding = self._finding(original)
-            if finding is None or finding.param != "@" or finding.fix is None:
+            finding = next((f for f in self._findings(original) if f.param == "@"), None)
+            if finding is None or finding.fix is None:
                 return updated
             value = updated.evaluated_value
             if not isinstance(value, str) or finding.repo_id is None:
