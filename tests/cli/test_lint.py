@@ -219,3 +219,22 @@ def test_clean_code_passes(tmp_path: Path) -> None:
     result = run_wlock("lint", "ok.py", cwd=tmp_path)
     assert result.code == 0 and result.stdout == ""
     assert result.stderr.startswith("1 files, 1 Hub loads checked against no weights.lock")
+
+
+def test_settings_from_pyproject_without_a_project(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[tool.wlock.lint]\nexclude = ["gen/*"]\n'
+        'severity = { WL101 = "warning" }\n'
+    )
+    (tmp_path / "gen").mkdir()
+    (tmp_path / "gen" / "skip.py").write_text(
+        'from transformers import AutoModel\nAutoModel.from_pretrained("acme/x")\n')
+    (tmp_path / "app.py").write_text(
+        'from transformers import AutoModel\nAutoModel.from_pretrained("acme/x")\n')
+    result = run_wlock("lint", ".", "--format", "json", cwd=tmp_path)
+    assert result.code == 0  # WL101 is only a warning here
+    report = json.loads(result.stdout)
+    assert report["files"] == 1
+    assert [(f["path"], f["code"], f["severity"]) for f in report["findings"]] == [
+        ("app.py", "WL101", "warning")
+    ]
