@@ -148,7 +148,7 @@ def execute_plan(
         raise _local(e, cache_dir) from e
 
     failures: list[WlockError] = []
-    failed_blobs: set[tuple[str, str]] = set()
+    failed_blobs: set[tuple[str, str, str]] = set()
     downloads = [(r.repo, f) for r in work for f in r.downloads]
     fetched_bytes = 0
     if downloads:
@@ -162,10 +162,10 @@ def execute_plan(
         for r in work:
             paths = RepoPaths.of(cache_dir, r.repo)
             pending = [f for f in (*r.fetch, *r.corrupt, *r.link)
-                       if (r.repo.id, f.etag) not in failed_blobs]
+                       if (*r.repo.key, f.etag) not in failed_blobs]
             for f in pending:
                 linked += ensure_link(paths, r.repo.revision, f)
-            if r.ref and not any(rid == r.repo.id for rid, _ in failed_blobs):
+            if r.ref and not any(failed[:2] == r.repo.key for failed in failed_blobs):
                 ensure_ref(paths, r.ref, r.repo.revision)
     except OSError as e:
         raise _local(e, cache_dir) from e
@@ -188,13 +188,13 @@ def _download_all(
     on_start: Callable[[str, int], None] | None,
     on_bytes: Callable[[str, int], None] | None,
     on_done: Callable[[str, int], None] | None,
-) -> tuple[int, list[WlockError], set[tuple[str, str]]]:
+) -> tuple[int, list[WlockError], set[tuple[str, str, str]]]:
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     from wlock.transfer import FetchJob, IntegrityError, Transfer
 
     failures: list[WlockError] = []
-    failed: set[tuple[str, str]] = set()
+    failed: set[tuple[str, str, str]] = set()
     fetched = 0
 
     def report(job: FetchJob, n: int) -> None:
@@ -245,10 +245,10 @@ def _download_all(
                 fetched += future.result()
             except (HubError, IntegrityFailure, LocalError) as e:
                 failures.append(e)
-                failed.add((repo.id, f.etag))
+                failed.add((*repo.key, f.etag))
             except OSError as e:
                 failures.append(_local(e, cache_dir))
-                failed.add((repo.id, f.etag))
+                failed.add((*repo.key, f.etag))
     return fetched, failures, failed
 
 
