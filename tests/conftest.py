@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +83,25 @@ def run_wlock(*args: str, cwd: Path | None = None, env: dict[str, str] | None = 
         env={**os.environ, **(env or {})}, timeout=120,
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+@contextmanager
+def tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A real small filesystem at `mount` (a full disk, or one to remount read-only).
+    Needs root, as CI has; skips with the reason where mounting is not allowed."""
+    mount.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+                          capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def read_only(mount: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
 
 
 def write_project(folder: Path, manifest: str) -> Path:

@@ -3,12 +3,9 @@ emulator over HTTP: exit codes and the exact messages a user sees."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import Hub, run_wlock, write_project
+from tests.conftest import Hub, read_only, run_wlock, tmpfs, write_project
 from wlock.lockfile import read_lock
 
 DEAD_ENDPOINT = "http://127.0.0.1:9"  # the discard port: nothing listens on loopback
@@ -243,22 +240,15 @@ def test_json_report(hub: Hub, tmp_path: Path) -> None:
 
 
 def test_read_only_project_exits_6(hub: Hub, tmp_path: Path) -> None:
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
+    with tmpfs(tmp_path / "ro", "1m") as mount:
         write_project(mount, '[[model]]\nid = "acme/tiny-bert"\n')
-        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        read_only(mount)
         result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=mount)
         assert result.code == 6
         assert result.stderr == (
             f"error: cannot write {mount}/weights.lock: Read-only file system\n"
             "hint: Check that the folder exists, is writable and has free space.\n"
         )
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_init_add_remove_round_trip(tmp_path: Path) -> None:

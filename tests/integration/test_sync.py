@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import hf_hub_download, scan_cache_dir, snapshot_download
 
-from tests.conftest import GATED_TOKEN, Hub, run_wlock, write_project
+from tests.conftest import GATED_TOKEN, Hub, read_only, run_wlock, tmpfs, write_project
 from wlock.lockfile import read_lock
 
 BIG = 24 * 1024 * 1024  # above transfer.LARGE_FILE: goes through hf_transfer
@@ -259,12 +259,7 @@ def test_a_sync_killed_mid_transfer_is_completed_by_the_next(
 
 
 def test_full_disk_exits_6_before_any_byte(hub: Hub, tmp_path: Path, big_repo: str) -> None:
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
+    with tmpfs(tmp_path / "tiny", "4m") as mount:
         project = write_project(tmp_path / "p", f'[[model]]\nid = "{big_repo}"\n')
         lock(hub, project)
         hub.process.reset_stats()
@@ -276,8 +271,6 @@ def test_full_disk_exits_6_before_any_byte(hub: Hub, tmp_path: Path, big_repo: s
             "hint: Free some space, or point --cache-dir (or HF_HOME) at a larger volume.\n"
         )
         assert hub.process.stats()["requests"] == {"hub": 0, "cdn": 0}
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_check_reports_every_kind_of_problem(hub: Hub, tmp_path: Path) -> None:
@@ -342,12 +335,8 @@ def test_locked_and_frozen(hub: Hub, tmp_path: Path) -> None:
 
 
 def test_read_only_cache_exits_6(hub: Hub, tmp_path: Path) -> None:
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,ro", "tmpfs", str(mount)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root)")
-    try:
+    with tmpfs(tmp_path / "ro", "8m") as mount:
+        read_only(mount)
         project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
         lock(hub, project)
         result = sync(hub, project, mount)
@@ -355,8 +344,6 @@ def test_read_only_cache_exits_6(hub: Hub, tmp_path: Path) -> None:
         assert result.stderr.startswith(
             f"error: cannot write the cache at {mount}: Read-only file system"
         )
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_transient_failures_are_retried(hub: Hub, tmp_path: Path, big_repo: str) -> None:
