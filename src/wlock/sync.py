@@ -239,16 +239,22 @@ def _download_all(
         # Largest first: the long transfers start at once and the small ones fill the gaps.
         ordered = sorted(downloads, key=lambda d: -d[1].size)
         futures = {pool.submit(one, repo, f): (repo, f) for repo, f in ordered}
-        for future in as_completed(futures):
-            repo, f = futures[future]
-            try:
-                fetched += future.result()
-            except (HubError, IntegrityFailure, LocalError) as e:
-                failures.append(e)
-                failed.add((*repo.key, f.etag))
-            except OSError as e:
-                failures.append(_local(e, cache_dir))
-                failed.add((*repo.key, f.etag))
+        try:
+            for future in as_completed(futures):
+                repo, f = futures[future]
+                try:
+                    fetched += future.result()
+                except (HubError, IntegrityFailure, LocalError) as e:
+                    failures.append(e)
+                    failed.add((*repo.key, f.etag))
+                except OSError as e:
+                    failures.append(_local(e, cache_dir))
+                    failed.add((*repo.key, f.etag))
+        except BaseException:
+            # Ctrl-C: stop the transfers in flight instead of waiting for them to finish.
+            pool.shutdown(wait=False, cancel_futures=True)
+            transfer.abort()
+            raise
     return fetched, failures, failed
 
 

@@ -20,7 +20,6 @@ import queue
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +66,10 @@ class IntegrityError(Exception):
         self.job, self.actual_size, self.actual_hash = job, actual_size, actual_hash
 
 
+class Aborted(Exception):
+    """The transfer was stopped by Transfer.abort()."""
+
+
 class Transfer:
     """One endpoint, one token, one HTTP pool, and (when needed) a pool of worker processes."""
 
@@ -92,17 +95,29 @@ class Transfer:
             follow_redirects=False,
         )
         self._workers: _WorkerPool | None = None
+        self._aborted = threading.Event()
 
     def close(self) -> None:
         self._http.close()
         if self._workers is not None:
             self._workers.close()
 
+    def abort(self) -> None:
+        """Stop every transfer in flight now (Ctrl-C): each raises Aborted promptly and
+        removes its temp file; the worker processes are killed."""
+        self._aborted.set()
+        if self._workers is not None:
+            self._workers.kill()
+
     def __enter__(self) -> Transfer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _check_aborted(self) -> None:
+        if self._aborted.is_set():
+            raise Aborted
 
     def _headers_for(self, url: str) -> dict[str, str]:
         headers = {"Accept-Encoding": "identity"}
@@ -120,6 +135,7 @@ class Transfer:
         HubError subclasses when the Hub refuses.
         """
         for attempt in range(1, MAX_ATTEMPTS + 1):
+            self._check_aborted()
             try:
                 if job.size >= LARGE_FILE:
                     actual_hash, actual_size = self._fetch_large(job, self._resolve(job))
@@ -131,7 +147,11 @@ class Transfer:
                     job.temp.unlink()
                 if attempt == MAX_ATTEMPTS:
                     raise e.final from None
-                time.sleep(e.delay if e.delay is not None else retry_delay(attempt, None))
+                self._aborted.wait(e.delay if e.delay is not None else retry_delay(attempt, None))
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    job.temp.unlink()
+                raise
         if actual_size != job.size or actual_hash != job.etag:
             with contextlib.suppress(FileNotFoundError):
                 job.temp.unlink()
@@ -187,6 +207,7 @@ class Transfer:
                         )
                         with open(job.temp, "wb") as out:
                             for chunk in response.iter_raw(1024 * 1024):
+                                self._check_aborted()
                                 out.write(chunk)
                                 digest.update(chunk)
                                 written += len(chunk)
@@ -222,6 +243,7 @@ class Transfer:
         threading.Thread(target=run, daemon=True).start()
         last = 0
         while not done.wait(0.2):
+            self._check_aborted()
             last = self._report_progress(job, last)
         if not outcome.get("ok"):
             self._on_bytes(job, -last)
@@ -261,9 +283,13 @@ class _WorkerPool:
             pass
         with self._lock:
             if len(self._all) < self._size:
+                # Its own session: a terminal's Ctrl-C reaches only the parent, which aborts
+                # and kills its workers itself (an interpreter interrupted while starting up
+                # prints a fatal error). If the parent dies, stdin closes and the worker exits
+                # after its current file; the next sync removes what it leaves.
                 worker = subprocess.Popen(
                     [sys.executable, "-m", "wlock.transfer_worker"], stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE, text=True, bufsize=1,
+                    stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True,
                 )
                 self._all.append(worker)
                 return worker
@@ -286,6 +312,10 @@ class _WorkerPool:
         self._idle.put(worker)
         result: dict[str, Any] = json.loads(line)
         return result
+
+    def kill(self) -> None:
+        for worker in list(self._all):
+            worker.kill()
 
     def close(self) -> None:
         for worker in self._all:

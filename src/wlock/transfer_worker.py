@@ -40,12 +40,16 @@ def download_and_hash(
 
 
 def main() -> None:
-    for line in sys.stdin:
-        job = json.loads(line)
-        result = download_and_hash(job["url"], job["temp"], job["hash_kind"], job["headers"],
-                                   job["connections"])
-        sys.stdout.write(json.dumps(result) + "\n")
-        sys.stdout.flush()
+    try:
+        for line in sys.stdin:
+            job = json.loads(line)
+            result = download_and_hash(job["url"], job["temp"], job["hash_kind"],
+                                       job["headers"], job["connections"])
+            sys.stdout.write(json.dumps(result) + "\n")
+            sys.stdout.flush()
+    except (KeyboardInterrupt, BrokenPipeError):
+        # Ctrl-C reaches the whole process group; the parent reports it, once.
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -246,7 +246,7 @@ def test_a_sync_killed_mid_transfer_is_completed_by_the_next(
     while not list(cache.rglob("*.wlock-incomplete")):
         assert time.monotonic() < deadline and proc.poll() is None, "no transfer started"
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # the sync and its hf_transfer workers
+    os.killpg(proc.pid, signal.SIGKILL)  # the sync; its workers lose their parent mid-file
     proc.wait()
     assert list(cache.rglob("*.wlock-incomplete")), "the kill left a partial file behind"
     interrupted = check(project, cache)
@@ -377,3 +377,28 @@ def test_persistent_server_errors_give_up_with_exit_5(hub: Hub, tmp_path: Path) 
         "error: model acme/tiny-bert: the Hub answered 503 for 'config.json'\n"
         "hint: Retry later; if it persists, check the endpoint's status.\n"
     )
+
+
+def test_ctrl_c_stops_transfers_in_flight(hub: Hub, tmp_path: Path, big_repo: str) -> None:
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{big_repo}"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    # Slow enough that a sync waiting for its downloads would take minutes.
+    hub.process.faults({"action": "delay", "match": "/objects/", "delay_ms": 5000})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint, "--cache-dir",
+         str(cache)], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while not list(cache.rglob("*.wlock-incomplete")):
+        assert time.monotonic() < deadline and proc.poll() is None, "no transfer started"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole group
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err.endswith("Aborted.\n") and "Traceback" not in err
+    assert not list(cache.rglob("*.wlock-incomplete"))
+    hub.process.faults()
+    assert sync(hub, project, cache).code == 0
+    assert check(project, cache).code == 0
