@@ -285,8 +285,8 @@ class _WorkerPool:
             if len(self._all) < self._size:
                 # Its own session: a terminal's Ctrl-C reaches only the parent, which aborts
                 # and kills its workers itself (an interpreter interrupted while starting up
-                # prints a fatal error). If the parent dies, stdin closes and the worker exits
-                # after its current file; the next sync removes what it leaves.
+                # prints a fatal error). If the parent dies, the kernel kills the worker
+                # (transfer_worker.die_with_parent); the next sync removes what it leaves.
                 worker = subprocess.Popen(
                     [sys.executable, "-m", "wlock.transfer_worker"], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True,

@@ -39,7 +39,24 @@ def download_and_hash(
         return {"ok": False, "error": f"{type(e).__name__}: {e}"}
 
 
+def die_with_parent() -> None:
+    """Linux: have the kernel kill this worker when the sync that started it dies (even by
+    SIGKILL), instead of finishing a download nobody will publish."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        sys.exit(1)
+
+
 def main() -> None:
+    die_with_parent()
     try:
         for line in sys.stdin:
             job = json.loads(line)

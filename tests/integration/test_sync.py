@@ -236,7 +236,8 @@ def test_a_sync_killed_mid_transfer_is_completed_by_the_next(
     project = write_project(tmp_path / "p", f'[[model]]\nid = "{big_repo}"\n')
     lock(hub, project)
     cache = tmp_path / "cache"
-    hub.process.faults({"action": "delay", "match": "/objects/", "delay_ms": 300})
+    # Each range takes 3 s: a worker that outlived its sync would still be downloading.
+    hub.process.faults({"action": "delay", "match": "/objects/", "delay_ms": 3000})
     proc = subprocess.Popen(
         [sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint, "--cache-dir",
          str(cache)], cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -246,8 +247,15 @@ def test_a_sync_killed_mid_transfer_is_completed_by_the_next(
     while not list(cache.rglob("*.wlock-incomplete")):
         assert time.monotonic() < deadline and proc.poll() is None, "no transfer started"
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # the sync; its workers lose their parent mid-file
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "wlock.transfer_worker"],
+                             capture_output=True, text=True).stdout.split()
+    assert workers, "the large file goes through a transfer worker"
+    os.killpg(proc.pid, signal.SIGKILL)  # the sync; the kernel then kills its workers
     proc.wait()
+    deadline = time.monotonic() + 2
+    while any(_running(pid) for pid in workers):
+        assert time.monotonic() < deadline, f"orphaned transfer workers {workers}"
+        time.sleep(0.05)
     assert list(cache.rglob("*.wlock-incomplete")), "the kill left a partial file behind"
     interrupted = check(project, cache)
     assert interrupted.code == 1
@@ -256,6 +264,14 @@ def test_a_sync_killed_mid_transfer_is_completed_by_the_next(
     assert check(project, cache).code == 0
     assert not list(cache.rglob("*.wlock-incomplete"))
     assert scan_cache_dir(cache).warnings == []
+
+
+def _running(pid: str) -> bool:
+    """Alive and not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_full_disk_exits_6_before_any_byte(hub: Hub, tmp_path: Path, big_repo: str) -> None:
