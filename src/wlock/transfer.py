@@ -290,6 +290,7 @@ class _WorkerPool:
                 worker = subprocess.Popen(
                     [sys.executable, "-m", "wlock.transfer_worker"], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True,
+                    env={**os.environ, "WLOCK_TRANSFER_PARENT": str(os.getpid())},
                 )
                 self._all.append(worker)
                 return worker

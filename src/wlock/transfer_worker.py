@@ -21,6 +21,7 @@ from pathlib import Path
 from wlock.hashing import hash_file
 
 CHUNK = 8 * 1024 * 1024
+PARENT_ENV = "WLOCK_TRANSFER_PARENT"
 
 
 def download_and_hash(
@@ -47,11 +48,12 @@ def die_with_parent() -> None:
     import ctypes
     import signal
 
-    parent = os.getppid()
     pr_set_pdeathsig = 1
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before prctl took effect
+    # The parent may have died while this interpreter was starting, before prctl: compare
+    # with the pid it gave us, not with getppid() read here (by then, the new parent's).
+    if os.getppid() != int(os.environ.get(PARENT_ENV, os.getppid())):
         sys.exit(1)
 
 

@@ -243,8 +243,12 @@ def test_a_sync_killed_mid_transfer_is_completed_by_the_next(
          str(cache)], cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    # Wait until hf_transfer is writing a shard (a small file's temp may come first).
+    shards = [f.etag for f in read_lock(project / "weights.lock").repos[0].files
+              if f.size >= BIG // 2]
     deadline = time.monotonic() + 60
-    while not list(cache.rglob("*.wlock-incomplete")):
+    while not any(p.name.startswith(tuple(f".{etag}." for etag in shards))
+                  for p in cache.rglob("*.wlock-incomplete")):
         assert time.monotonic() < deadline and proc.poll() is None, "no transfer started"
         time.sleep(0.05)
     workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "wlock.transfer_worker"],
