@@ -422,3 +422,21 @@ def test_ctrl_c_stops_transfers_in_flight(hub: Hub, tmp_path: Path, big_repo: st
     hub.process.faults()
     assert sync(hub, project, cache).code == 0
     assert check(project, cache).code == 0
+
+
+def test_json_reports_for_scripts(hub: Hub, tmp_path: Path) -> None:
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n'
+                            'include = ["*.json", "*.safetensors"]\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    plan = json.loads(sync(hub, project, cache, "--dry-run", "--json").stdout)
+    assert plan["dry_run"] is True and plan["files_to_fetch"] == 3
+    assert plan["bytes_to_fetch"] == 165 + 128 + 262144
+    assert plan["repos"][0]["fetch"] == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert plan["repos"][0]["ref"] == "main"
+    assert not cache.exists()
+    done = json.loads(sync(hub, project, cache, "--json").stdout)
+    assert (done["fetched_files"], done["fetched_bytes"]) == (3, 165 + 128 + 262144)
+    again = json.loads(sync(hub, project, cache, "--json").stdout)
+    assert (again["fetched_files"], again["files_to_fetch"]) == (0, 0)
+    assert again["repos"][0]["present"] == 3 and again["repos"][0]["ref"] is None
