@@ -243,8 +243,13 @@ class Transfer:
         threading.Thread(target=run, daemon=True).start()
         last = 0
         while not done.wait(0.2):
-            self._check_aborted()
+            if self._aborted.is_set():
+                # abort() is killing the worker: wait until it is gone, or it could create
+                # its file after the caller removed it.
+                done.wait(10)
+                raise Aborted
             last = self._report_progress(job, last)
+        self._check_aborted()
         if not outcome.get("ok"):
             self._on_bytes(job, -last)
             raise _Retryable(HubUnreachableError(
@@ -275,13 +280,25 @@ class _WorkerPool:
         self._idle: queue.SimpleQueue[subprocess.Popen[str]] = queue.SimpleQueue()
         self._all: list[subprocess.Popen[str]] = []
         self._lock = threading.Lock()
+        self._killed = False
 
     def _checkout(self) -> subprocess.Popen[str]:
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            pass
+        """An idle worker, a new one while under `size`, else wait for one to be free."""
+        wait = 0.0
+        while True:
+            try:
+                return self._idle.get(timeout=wait) if wait else self._idle.get_nowait()
+            except queue.Empty:
+                pass
+            started = self._start_or_none()  # also raises once the pool was killed
+            if started is not None:
+                return started
+            wait = 0.2
+
+    def _start_or_none(self) -> subprocess.Popen[str] | None:
         with self._lock:
+            if self._killed:
+                raise OSError("the transfer was aborted")
             if len(self._all) < self._size:
                 # Its own session: a terminal's Ctrl-C reaches only the parent, which aborts
                 # and kills its workers itself (an interpreter interrupted while starting up
@@ -294,7 +311,7 @@ class _WorkerPool:
                 )
                 self._all.append(worker)
                 return worker
-        return self._idle.get()
+        return None
 
     def run(self, payload: dict[str, Any]) -> dict[str, Any]:
         worker = self._checkout()
@@ -315,8 +332,13 @@ class _WorkerPool:
         return result
 
     def kill(self) -> None:
-        for worker in list(self._all):
+        with self._lock:
+            self._killed = True
+            workers = list(self._all)
+        for worker in workers:
             worker.kill()
+        for worker in workers:
+            worker.wait()
 
     def close(self) -> None:
         for worker in self._all:
