@@ -94,20 +94,21 @@ class Transfer:
             headers={"User-Agent": f"wlock/{__version__}"},
             follow_redirects=False,
         )
-        self._workers: _WorkerPool | None = None
+        # Made here, not on first use: several threads reach their first large file at once,
+        # and a pool made twice would leave one set of workers that abort() never kills.
+        # It starts no process until a large file needs one.
+        self._workers = _WorkerPool(jobs)
         self._aborted = threading.Event()
 
     def close(self) -> None:
         self._http.close()
-        if self._workers is not None:
-            self._workers.close()
+        self._workers.close()
 
     def abort(self) -> None:
         """Stop every transfer in flight now (Ctrl-C): each raises Aborted promptly and
         removes its temp file; the worker processes are killed."""
         self._aborted.set()
-        if self._workers is not None:
-            self._workers.kill()
+        self._workers.kill()
 
     def __enter__(self) -> Transfer:
         return self
@@ -225,8 +226,6 @@ class Transfer:
         return digest.hexdigest(), written
 
     def _fetch_large(self, job: FetchJob, url: str) -> tuple[str, int]:
-        if self._workers is None:
-            self._workers = _WorkerPool(self._jobs)
         payload = {"url": url, "temp": str(job.temp), "hash_kind": job.hash_kind,
                    "headers": self._headers_for(url), "connections": self._per_file}
         done = threading.Event()
@@ -234,7 +233,7 @@ class Transfer:
 
         def run() -> None:
             try:
-                outcome.update(self._workers.run(payload))  # type: ignore[union-attr]
+                outcome.update(self._workers.run(payload))
             except OSError as e:
                 outcome.update(ok=False, error=f"the download worker failed: {e}")
             finally:

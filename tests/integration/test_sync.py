@@ -230,6 +230,26 @@ def test_two_concurrent_syncs_both_finish_with_a_correct_cache(
     assert not list(cache.rglob("*.wlock-incomplete")) + list(cache.rglob("*.wlock-tmp"))
 
 
+def slow_sync_writing_a_shard(
+    hub: Hub, project: Path, cache: Path, *, delay_ms: int
+) -> subprocess.Popen[str]:
+    """A sync in its own process group, returned once hf_transfer is writing a shard (a small
+    file's temp may appear first), with every CDN request delayed by `delay_ms`."""
+    hub.process.faults({"action": "delay", "match": "/objects/", "delay_ms": delay_ms})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint, "--cache-dir",
+         str(cache)], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    shards = tuple(f".{f.etag}." for f in read_lock(project / "weights.lock").repos[0].files
+                   if f.size >= BIG // 2)
+    deadline = time.monotonic() + 60
+    while not any(p.name.startswith(shards) for p in cache.rglob("*.wlock-incomplete")):
+        assert time.monotonic() < deadline and proc.poll() is None, "no transfer started"
+        time.sleep(0.05)
+    return proc
+
+
 def test_a_sync_killed_mid_transfer_is_completed_by_the_next(
     hub: Hub, tmp_path: Path, big_repo: str
 ) -> None:
@@ -237,25 +257,12 @@ def test_a_sync_killed_mid_transfer_is_completed_by_the_next(
     lock(hub, project)
     cache = tmp_path / "cache"
     # Each range takes 3 s: a worker that outlived its sync would still be downloading.
-    hub.process.faults({"action": "delay", "match": "/objects/", "delay_ms": 3000})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint, "--cache-dir",
-         str(cache)], cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    # Wait until hf_transfer is writing a shard (a small file's temp may come first).
-    shards = [f.etag for f in read_lock(project / "weights.lock").repos[0].files
-              if f.size >= BIG // 2]
-    deadline = time.monotonic() + 60
-    while not any(p.name.startswith(tuple(f".{etag}." for etag in shards))
-                  for p in cache.rglob("*.wlock-incomplete")):
-        assert time.monotonic() < deadline and proc.poll() is None, "no transfer started"
-        time.sleep(0.05)
+    proc = slow_sync_writing_a_shard(hub, project, cache, delay_ms=3000)
     workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "wlock.transfer_worker"],
                              capture_output=True, text=True).stdout.split()
     assert workers, "the large file goes through a transfer worker"
     os.killpg(proc.pid, signal.SIGKILL)  # the sync; the kernel then kills its workers
-    proc.wait()
+    proc.communicate()
     deadline = time.monotonic() + 2
     while any(_running(pid) for pid in workers):
         assert time.monotonic() < deadline, f"orphaned transfer workers {workers}"
@@ -404,16 +411,7 @@ def test_ctrl_c_stops_transfers_in_flight(hub: Hub, tmp_path: Path, big_repo: st
     lock(hub, project)
     cache = tmp_path / "cache"
     # Slow enough that a sync waiting for its downloads would take minutes.
-    hub.process.faults({"action": "delay", "match": "/objects/", "delay_ms": 5000})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint, "--cache-dir",
-         str(cache)], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while not list(cache.rglob("*.wlock-incomplete")):
-        assert time.monotonic() < deadline and proc.poll() is None, "no transfer started"
-        time.sleep(0.05)
+    proc = slow_sync_writing_a_shard(hub, project, cache, delay_ms=5000)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal sends to the whole group
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130
