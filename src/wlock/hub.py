@@ -18,8 +18,9 @@ from wlock.errors import (
     UnsafePathError,
 )
 from wlock.hubstatus import hub_error, is_transient, retry_delay
-from wlock.lockfile import is_commit, safe_repo_path
+from wlock.lockfile import is_commit
 from wlock.models import LockedFile, RepoKind
+from wlock.names import file_path_problem
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -144,7 +145,7 @@ def files_from_siblings(repo_id: str, siblings: Iterable[Any]) -> tuple[LockedFi
     files = []
     for s in siblings:
         path = s.rfilename
-        if not isinstance(path, str) or not safe_repo_path(path):
+        if not isinstance(path, str) or file_path_problem(path):
             raise UnsafePathError(repo_id, str(path))
         if s.lfs is not None:
             files.append(LockedFile(path=path, size=int(s.lfs.size), sha256=s.lfs.sha256))
@@ -164,7 +165,7 @@ def files_from_tree(repo_id: str, entries: Iterable[Any]) -> tuple[LockedFile, .
     for entry in entries:
         if not hasattr(entry, "blob_id"):
             continue  # a RepoFolder
-        if not safe_repo_path(entry.path):
+        if file_path_problem(entry.path):
             raise UnsafePathError(repo_id, entry.path)
         if entry.lfs is not None:
             files.append(LockedFile(path=entry.path, size=int(entry.lfs.size),

@@ -7,15 +7,18 @@ version, a generated-file header. Re-locking an unchanged project rewrites nothi
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from wlock.atomic import write_text_atomic
 from wlock.errors import InvalidFileError, LockStaleError
 from wlock.models import REPO_KINDS, Lock, LockedFile, LockedRepo, Manifest, RepoKind
-from wlock.tomlpos import read_toml
+from wlock.names import file_path_problem, ref_problem, repo_id_problem
+from wlock.tomlpos import TomlLocator, read_toml
 
 LOCK_NAME = "weights.lock"
 LOCK_VERSION = 1
@@ -25,17 +28,11 @@ _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _REPO_KEYS = frozenset({"id", "requested", "revision", "include", "exclude", "files"})
 _FILE_KEYS = frozenset({"path", "size", "sha256", "git-sha1"})
+MAX_FILE_SIZE = 2**63 - 1  # the largest file offset a filesystem can address
 
 
 def is_commit(value: str) -> bool:
     return bool(_COMMIT.match(value))
-
-
-def safe_repo_path(path: str) -> bool:
-    """A path that stays inside a snapshot folder on every OS."""
-    if not path or "\\" in path or "\x00" in path or path.startswith("/"):
-        return False
-    return all(part not in ("", ".", "..") for part in path.split("/"))
 
 
 # -- freshness --------------------------------------------------------------------------------
@@ -43,25 +40,59 @@ def safe_repo_path(path: str) -> bool:
 
 def is_fresh(manifest: Manifest, lock: Lock | None) -> bool:
     """True when the lock was made from exactly these manifest entries: no network needed."""
-    return lock is not None and lock.manifest_digest == manifest.digest
+    return stale_reason(manifest, lock) is None
+
+
+def stale_reason(manifest: Manifest, lock: Lock | None) -> str | None:
+    """Why `lock` does not describe `manifest`, or None when it does.
+
+    Compared entry by entry (the set of repos, each ref and its globs, and every locked path
+    against those globs), not only by the digest: a hand-edited lock can keep the digest.
+    """
+    if lock is None:
+        return "it does not exist"
+    wanted = {e.key: e for e in manifest.entries}
+    locked = {r.key: r for r in lock.repos}
+    added = sorted(e.id for k, e in wanted.items() if k not in locked)
+    removed = sorted(r.id for k, r in locked.items() if k not in wanted)
+    changed = []
+    for key, entry in sorted(wanted.items()):
+        repo = locked.get(key)
+        if repo is None:
+            continue
+        if repo.requested != entry.ref:
+            changed.append(f"{entry.id} follows {entry.ref!r}, locked for {repo.requested!r}")
+        elif repo.selection != entry.selection:
+            changed.append(f"{entry.id}'s include/exclude differ from the lock's")
+        elif outside := next((f.path for f in repo.files
+                              if not path_selected(f.path, repo.include, repo.exclude)), None):
+            changed.append(f"{entry.id}: locked file {outside!r} is outside its globs")
+    parts = [f"{label} {', '.join(ids)}" for label, ids in
+             (("added", added), ("removed", removed), ("changed:", changed)) if ids]
+    if parts:
+        return "weights.toml has changed (" + "; ".join(parts) + ")"
+    if lock.manifest_digest != manifest.digest:
+        return "its manifest digest does not match weights.toml"
+    return None
+
+
+def path_selected(path: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> bool:
+    """Whether `snapshot_download(allow_patterns=include, ignore_patterns=exclude)` would
+    take `path` (a pattern ending in `/` means the whole folder)."""
+    return (not include or any(fnmatch.fnmatch(path, glob_pattern(p)) for p in include)) and not (
+        any(fnmatch.fnmatch(path, glob_pattern(p)) for p in exclude)
+    )
+
+
+def glob_pattern(pattern: str) -> str:
+    return pattern + "*" if pattern.endswith("/") else pattern
 
 
 def stale_error(
     manifest: Manifest, lock_path: Path, lock: Lock | None, flag: str
 ) -> LockStaleError:
-    if lock is None:
-        reason = f"{lock_path} does not exist"
-    else:
-        wanted = {e.key: e for e in manifest.entries}
-        locked = {r.key: r for r in lock.repos}
-        added = sorted(e.id for k, e in wanted.items() if k not in locked)
-        removed = sorted(r.id for k, r in locked.items() if k not in wanted)
-        changed = sorted(
-            e.id for k, e in wanted.items() if k in locked and e.selection != locked[k].selection
-        )
-        parts = [f"{label} {', '.join(ids)}" for label, ids in
-                 (("added", added), ("removed", removed), ("changed", changed)) if ids]
-        reason = f"weights.toml has changed ({'; '.join(parts) or 'entries differ'})"
+    reason = (f"{lock_path} does not exist" if lock is None
+              else stale_reason(manifest, lock) or "it differs from weights.toml")
     return LockStaleError(
         f"{lock_path.name} needs to be updated, but `{flag}` was provided: {reason}",
         hint="To update the lock file, run `wlock lock`.",
@@ -122,14 +153,20 @@ def write_lock(path: Path, lock: Lock) -> bool:
 
 
 def read_lock(path: Path) -> Lock:
-    """Parse and validate weights.lock. Raises InvalidFileError (exit 4) naming line and key."""
+    """Parse and validate weights.lock. Raises InvalidFileError (exit 4) naming line and key.
+
+    A lock arrives in pull requests and CI artifacts: every name that becomes a path is
+    checked here (wlock.names), and so is anything the writer never produces (duplicates,
+    impossible sizes, a file that is also a folder).
+    """
     display = str(path)
-    regenerate = "weights.lock is generated: run `wlock lock` to write it again."
+    regenerate = ("weights.lock is generated: run `wlock lock` to write it again "
+                  "(delete it first if it cannot be read).")
     data, locator = read_toml(path, missing="Run `wlock lock` to create it.",
                               invalid=regenerate)
 
     def fail(problem: str, key: str, line: int | None) -> InvalidFileError:
-        return InvalidFileError(display, problem, line=line, key=key, hint=regenerate)
+        return InvalidFileError(display, problem, line=line or 1, key=key, hint=regenerate)
 
     version = data.get("version")
     if version != LOCK_VERSION:
@@ -146,56 +183,111 @@ def read_lock(path: Path) -> Lock:
             raise fail("unknown key", key, locator.top_level(key))
 
     repos: list[LockedRepo] = []
+    seen: dict[tuple[str, str], int] = {}
     for kind in REPO_KINDS:
-        for index, raw in enumerate(data.get(kind, [])):
-            line = locator.entry(kind, index)
-            repos.append(_parse_repo(kind, raw, line, fail))
+        entries = data.get(kind, [])
+        if not isinstance(entries, list):
+            raise fail(f"must be an array of tables, written [[{kind}]]", kind,
+                       locator.top_level(kind))
+        for index, raw in enumerate(entries):
+            repo = _parse_repo(kind, index, raw, locator, fail)
+            # The Hub treats `Org/Name` and `org/name` as one repo.
+            folded = (kind, repo.id.lower())
+            line = locator.best(kind, index, "id")
+            if folded in seen:
+                raise fail(f"{kind} {repo.id!r} is locked twice (first at line {seen[folded]})",
+                           f"{kind}.id", line)
+            seen[folded] = line
+            repos.append(repo)
     return Lock(manifest_digest=digest, repos=tuple(repos), version=LOCK_VERSION)
 
 
-def _parse_repo(kind: RepoKind, raw: Any, line: int | None, fail: Any) -> LockedRepo:
+def _parse_repo(
+    kind: RepoKind, index: int, raw: Any, locator: TomlLocator,
+    fail: Callable[[str, str, int | None], InvalidFileError],
+) -> LockedRepo:
+    def at(key: str | None = None) -> int:
+        return locator.best(kind, index, key)
+
     if not isinstance(raw, dict):
-        raise fail("each entry must be a table", kind, line)
+        raise fail("each entry must be a table", kind, at())
     for key in raw:
         if key not in _REPO_KEYS:
-            raise fail("unknown key", f"{kind}.{key}", line)
+            raise fail("unknown key", f"{kind}.{key}", at(key))
     repo_id, requested, revision = raw.get("id"), raw.get("requested"), raw.get("revision")
     if not isinstance(repo_id, str) or not repo_id:
-        raise fail("missing `id`", f"{kind}.id", line)
+        raise fail("missing `id`", f"{kind}.id", at("id"))
+    if problem := repo_id_problem(repo_id):
+        raise fail(problem, f"{kind}.id", at("id"))
     if not isinstance(requested, str) or not requested:
-        raise fail(f"{repo_id}: missing `requested`", f"{kind}.requested", line)
+        raise fail(f"{repo_id}: missing `requested`", f"{kind}.requested", at("requested"))
+    if problem := ref_problem(requested):
+        raise fail(f"{repo_id}: {problem}", f"{kind}.requested", at("requested"))
     if not isinstance(revision, str) or not is_commit(revision):
-        raise fail(f"{repo_id}: `revision` must be a 40-hex commit", f"{kind}.revision", line)
+        raise fail(f"{repo_id}: `revision` must be a 40-hex commit", f"{kind}.revision",
+                   at("revision"))
+    if is_commit(requested) and requested != revision:
+        raise fail(f"{repo_id}: `requested` is the commit {requested[:7]} but `revision` is "
+                   f"{revision[:7]}", f"{kind}.revision", at("revision"))
     files_raw = raw.get("files")
     if not isinstance(files_raw, list):
-        raise fail(f"{repo_id}: missing `files`", f"{kind}.files", line)
+        raise fail(f"{repo_id}: missing `files`", f"{kind}.files", at("files"))
     files: list[LockedFile] = []
-    for item in files_raw:
-        if not isinstance(item, dict) or not set(item) <= _FILE_KEYS:
-            raise fail(f"{repo_id}: malformed file entry {item!r}", f"{kind}.files", line)
-        path, size = item.get("path"), item.get("size")
-        sha256, git_sha1 = item.get("sha256"), item.get("git-sha1")
-        if not isinstance(path, str) or not safe_repo_path(path):
-            raise fail(f"{repo_id}: unsafe or missing file path {path!r}", f"{kind}.files", line)
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise fail(f"{repo_id}: {path}: bad size {size!r}", f"{kind}.files", line)
-        if (sha256 is None) == (git_sha1 is None):
-            raise fail(
-                f"{repo_id}: {path}: needs exactly one of sha256 or git-sha1",
-                f"{kind}.files", line,
-            )
-        if sha256 is not None and not (isinstance(sha256, str) and _SHA256.match(sha256)):
-            raise fail(f"{repo_id}: {path}: malformed sha256", f"{kind}.files", line)
-        if git_sha1 is not None and not (isinstance(git_sha1, str) and is_commit(git_sha1)):
-            raise fail(f"{repo_id}: {path}: malformed git-sha1", f"{kind}.files", line)
-        files.append(LockedFile(path=path, size=size, sha256=sha256, git_sha1=git_sha1))
+    for position, item in enumerate(files_raw):
+        files.append(_parse_file(repo_id, item, kind,
+                                 locator.item(kind, index, position) or at("files"), fail))
+    if problem := _layout_problem(files):
+        raise fail(f"{repo_id}: {problem}", f"{kind}.files", at("files"))
     globs: dict[str, tuple[str, ...]] = {}
     for key in ("include", "exclude"):
         value = raw.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise fail(f"{repo_id}: `{key}` must be a list of strings", f"{kind}.{key}", line)
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise fail(f"{repo_id}: `{key}` must be a list of glob patterns",
+                       f"{kind}.{key}", at(key))
         globs[key] = tuple(value)
     return LockedRepo(
         kind=kind, id=repo_id, requested=requested, revision=revision, files=tuple(files),
         include=globs["include"], exclude=globs["exclude"],
     )
+
+
+def _parse_file(
+    repo_id: str, item: Any, kind: RepoKind, line: int,
+    fail: Callable[[str, str, int | None], InvalidFileError],
+) -> LockedFile:
+    key = f"{kind}.files"
+    if not isinstance(item, dict) or not set(item) <= _FILE_KEYS:
+        raise fail(f"{repo_id}: malformed file entry (it takes path, size and one of sha256 "
+                   "or git-sha1)", key, line)
+    path, size = item.get("path"), item.get("size")
+    sha256, git_sha1 = item.get("sha256"), item.get("git-sha1")
+    if not isinstance(path, str):
+        raise fail(f"{repo_id}: file entry without a `path`", key, line)
+    if problem := file_path_problem(path):
+        raise fail(f"{repo_id}: {problem}", key, line)
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_FILE_SIZE:
+        raise fail(f"{repo_id}: {path}: bad size {size!r} (a whole number of bytes, "
+                   "at most 2^63 - 1)", key, line)
+    if (sha256 is None) == (git_sha1 is None):
+        raise fail(f"{repo_id}: {path}: needs exactly one of sha256 or git-sha1", key, line)
+    if sha256 is not None and not (isinstance(sha256, str) and _SHA256.match(sha256)):
+        raise fail(f"{repo_id}: {path}: malformed sha256", key, line)
+    if git_sha1 is not None and not (isinstance(git_sha1, str) and is_commit(git_sha1)):
+        raise fail(f"{repo_id}: {path}: malformed git-sha1", key, line)
+    return LockedFile(path=path, size=size, sha256=sha256, git_sha1=git_sha1)
+
+
+def _layout_problem(files: list[LockedFile]) -> str | None:
+    """A path listed twice, or a path that is both a file and a folder (`a` and `a/b`)."""
+    paths: set[str] = set()
+    for f in files:
+        if f.path in paths:
+            return f"{f.path!r} is listed twice"
+        paths.add(f.path)
+    for f in files:
+        parts = f.path.split("/")
+        for depth in range(1, len(parts)):
+            folder = "/".join(parts[:depth])
+            if folder in paths:
+                return f"{folder!r} is listed as a file and as the folder of {f.path!r}"
+    return None

@@ -7,7 +7,6 @@ user's comments and layout survive `wlock add` and `wlock remove`.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -15,16 +14,13 @@ from typing import Any
 from wlock.atomic import write_text_atomic
 from wlock.errors import InvalidFileError, UsageError
 from wlock.models import REPO_KINDS, Manifest, ManifestEntry, RepoKind
+from wlock.names import ref_problem, repo_id_problem
 from wlock.tomlpos import TomlLocator, read_toml
 
 MANIFEST_NAME = "weights.toml"
 ENTRY_KEYS = ("id", "ref", "include", "exclude")
 TOP_LEVEL_KEYS = (*REPO_KINDS, "tool")
 
-# huggingface_hub's own rule (utils/_validators.py): optional namespace, name of word
-# characters, dots and dashes, at most 96 each, no "--" or "..".
-_REPO_ID = re.compile(r"^(?:[\w\-.]{1,96}/)?[\w\-.]{1,96}$")
-_REF = re.compile(r"^[^\s\x00~^:?*\[\\]+$")
 
 STARTER = """\
 # weights.toml: the models and datasets this project uses, by name.
@@ -62,10 +58,6 @@ def manifest_digest(entries: Iterable[ManifestEntry]) -> str:
     return "blake3:" + blake3.blake3(data).hexdigest()
 
 
-def validate_repo_id(repo_id: str) -> bool:
-    return bool(_REPO_ID.match(repo_id)) and "--" not in repo_id and ".." not in repo_id
-
-
 def read_manifest(path: Path) -> Manifest:
     """Parse and validate weights.toml.
 
@@ -98,14 +90,16 @@ def read_manifest(path: Path) -> Manifest:
             )
         for index, item in enumerate(raw):
             entry = _parse_entry(display, locator, kind, index, item)
-            if entry.key in seen:
+            # The Hub treats `Org/Name` and `org/name` as one repo.
+            folded = (kind, entry.id.lower())
+            if folded in seen:
                 raise InvalidFileError(
                     display,
-                    f"{kind} {entry.id!r} is listed twice (first at line {seen[entry.key]})",
+                    f"{kind} {entry.id!r} is listed twice (first at line {seen[folded]})",
                     line=entry.line,
                     key="id",
                 )
-            seen[entry.key] = entry.line or 0
+            seen[folded] = entry.line or 0
             entries.append(entry)
     return Manifest(path=display, entries=tuple(entries), digest=manifest_digest(entries))
 
@@ -129,11 +123,15 @@ def _parse_entry(
     repo_id = item.get("id")
     if repo_id is None:
         raise InvalidFileError(display, "missing `id`", line=header, key=kind)
-    if not isinstance(repo_id, str) or not validate_repo_id(repo_id):
+    if not isinstance(repo_id, str):
         raise fail("id", f"{repo_id!r} is not a Hub repo id", hint="Write it as `org/name`.")
+    if problem := repo_id_problem(repo_id):
+        raise fail("id", problem, hint="Write it as `org/name`.")
     ref = item.get("ref", "main")
-    if not isinstance(ref, str) or not _REF.match(ref):
+    if not isinstance(ref, str):
         raise fail("ref", f"{ref!r} is not a branch, tag or commit")
+    if problem := ref_problem(ref):
+        raise fail("ref", problem, hint="A branch, a tag or a 40-hex commit, as git names them.")
     globs: dict[str, tuple[str, ...]] = {}
     for key in ("include", "exclude"):
         value = item.get(key, [])
@@ -176,10 +174,11 @@ def init_manifest(project: Path) -> Path:
 def parse_requirement(spec: str) -> tuple[str, str | None]:
     """`org/name@ref` -> (id, ref); a repo id never contains '@'."""
     repo_id, sep, ref = spec.partition("@")
-    if not validate_repo_id(repo_id):
-        raise UsageError(f"{repo_id!r} is not a Hub repo id", hint="Write it as `org/name[@ref]`.")
-    if sep and not (ref and _REF.match(ref)):
-        raise UsageError(f"{spec!r}: {ref!r} is not a branch, tag or commit")
+    if problem := repo_id_problem(repo_id):
+        raise UsageError(problem, hint="Write it as `org/name[@ref]`.")
+    if sep and (problem := ref_problem(ref)):
+        raise UsageError(f"{spec!r}: {problem}",
+                         hint="A branch, a tag or a 40-hex commit, as git names them.")
     return repo_id, (ref if sep else None)
 
 

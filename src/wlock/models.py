@@ -9,6 +9,14 @@ RepoKind = Literal["model", "dataset"]
 REPO_KINDS: tuple[RepoKind, ...] = ("model", "dataset")
 
 
+Selection = tuple[str, tuple[str, ...], tuple[str, ...]]
+
+
+def selection(ref: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> Selection:
+    """A ref and its globs, with the globs' order and repeats ignored (as the digest does)."""
+    return (ref, tuple(sorted(set(include))), tuple(sorted(set(exclude))))
+
+
 @dataclass(frozen=True, slots=True)
 class ManifestEntry:
     """One repo the project wants, as written in weights.toml."""
@@ -26,9 +34,9 @@ class ManifestEntry:
         return (self.kind, self.id)
 
     @property
-    def selection(self) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    def selection(self) -> Selection:
         """What decides the locked set: a lock entry is kept only while this is unchanged."""
-        return (self.ref, self.include, self.exclude)
+        return selection(self.ref, self.include, self.exclude)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +83,8 @@ class LockedRepo:
         return (self.kind, self.id)
 
     @property
-    def selection(self) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-        return (self.requested, self.include, self.exclude)
+    def selection(self) -> Selection:
+        return selection(self.requested, self.include, self.exclude)
 
     @property
     def size(self) -> int:

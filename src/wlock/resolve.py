@@ -13,7 +13,15 @@ from pathlib import Path
 
 from wlock.errors import InvalidFileError, UsageError
 from wlock.hub import HubClient, RemoteSnapshot
-from wlock.lockfile import LOCK_NAME, is_fresh, read_lock, stale_error, write_lock
+from wlock.lockfile import (
+    LOCK_NAME,
+    glob_pattern,
+    is_fresh,
+    path_selected,
+    read_lock,
+    stale_error,
+    write_lock,
+)
 from wlock.manifest import glob_line, read_manifest
 from wlock.models import (
     REPO_KINDS,
@@ -37,17 +45,11 @@ def select_files(
     Returns the kept files and the patterns that matched no file (a likely typo).
     """
 
-    def norm(pattern: str) -> str:
-        return pattern + "*" if pattern.endswith("/") else pattern
-
     unmatched = tuple(
-        p for p in (*include, *exclude) if not any(fnmatch.fnmatch(f.path, norm(p)) for f in files)
+        p for p in (*include, *exclude)
+        if not any(fnmatch.fnmatch(f.path, glob_pattern(p)) for f in files)
     )
-    kept = tuple(
-        f for f in files
-        if (not include or any(fnmatch.fnmatch(f.path, norm(p)) for p in include))
-        and not any(fnmatch.fnmatch(f.path, norm(p)) for p in exclude)
-    )
+    kept = tuple(f for f in files if path_selected(f.path, include, exclude))
     return kept, unmatched
 
 
@@ -77,7 +79,8 @@ def plan_lock(
     for entry in manifest.entries:
         old = previous.find(entry.kind, entry.id) if previous else None
         moving = upgrade or entry.id in upgrade_packages
-        if old is not None and old.selection == entry.selection and not moving:
+        if (old is not None and old.selection == entry.selection and not moving
+                and all(path_selected(f.path, old.include, old.exclude) for f in old.files)):
             kept[entry.key] = old
         else:
             to_resolve.append(entry)

@@ -29,9 +29,29 @@ def read_toml(
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise InvalidFileError(
-            display, f"invalid TOML: {e}", line=line_of_decode_error(str(e)), hint=invalid
+            display, f"invalid TOML: {e}", line=line_of_decode_error(str(e)) or 1, hint=invalid
+        ) from None
+    except RecursionError:
+        # tomllib recurses once per nested array or inline table: thousands of `[` exhaust
+        # the interpreter's stack. No manifest or lock nests more than two levels.
+        raise InvalidFileError(
+            display, "invalid TOML: arrays or tables nested too deeply",
+            line=_deepest_line(text), hint=invalid,
         ) from None
     return data, TomlLocator(text)
+
+
+def _deepest_line(text: str) -> int:
+    """The line where bracket nesting first gets absurd (strings are not skipped: a guess
+    good enough to point at the damage)."""
+    depth = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        for char in line:
+            depth += char in "[{"
+            depth -= char in "]}"
+            if depth > 32:
+                return number
+    return 1
 
 
 def line_of_decode_error(message: str) -> int | None:
@@ -45,20 +65,39 @@ class TomlLocator:
     _HEADER = re.compile(r"^\s*\[\[\s*([A-Za-z0-9_\-]+)\s*\]\]")
     _TABLE = re.compile(r"^\s*\[")
     _KEY = re.compile(r"^\s*\"?([A-Za-z0-9_\-]+)\"?\s*=")
+    _ITEM = re.compile(r"\{\s*\"?[A-Za-z0-9_\-]+\"?\s*=")
 
     def __init__(self, text: str) -> None:
+        # Scanned on first use: a valid lock never needs a line number, and a lock of a
+        # million files should not pay for the scan.
+        self._text: str | None = text
+
+    def __getattr__(self, name: str) -> object:
+        if name in ("lines", "headers", "keys", "root", "items") and self._text is not None:
+            text, self._text = self._text, None
+            self._scan(text)
+            return getattr(self, name)
+        raise AttributeError(name)
+
+    def _scan(self, text: str) -> None:
         self.lines = text.splitlines()
         self.headers: dict[str, list[int]] = {}
         self.keys: dict[int, dict[str, int]] = {}  # header line -> key -> line
         self.root: dict[str, int] = {}
+        # header line -> the line of each inline table in its arrays (`{ path = ... }`), in
+        # order: the lock writes one file entry per line, so the n-th is the n-th file.
+        self.items: dict[int, list[int]] = {}
         current: int | None = None
         for number, line in enumerate(self.lines, start=1):
+            if current is not None and current > 0:
+                self.items[current].extend(number for _ in self._ITEM.finditer(line))
             header = self._HEADER.match(line)
             if header:
                 self.headers.setdefault(header.group(1), []).append(number)
                 self.root.setdefault(header.group(1), number)
                 current = number
                 self.keys[number] = {}
+                self.items[number] = []
                 continue
             if self._TABLE.match(line):
                 name = line.strip().strip("[]").split(".")[0].strip()
@@ -82,3 +121,19 @@ class TomlLocator:
         if key is None:
             return headers[index]
         return self.keys[headers[index]].get(key)
+
+    def item(self, kind: str, index: int, position: int) -> int | None:
+        """The line of the `position`-th inline table inside entry `index` of `kind`."""
+        headers = self.headers.get(kind, [])
+        if index >= len(headers):
+            return None
+        lines = self.items[headers[index]]
+        return lines[position] if position < len(lines) else None
+
+    def best(self, kind: str, index: int, key: str | None = None) -> int:
+        """The most precise line known for a key of an entry, never None: the key, its
+        entry's header, the array's first line, else line 1."""
+        return (
+            (self.entry(kind, index, key) if key else None)
+            or self.entry(kind, index) or self.top_level(kind) or 1
+        )

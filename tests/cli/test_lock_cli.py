@@ -88,7 +88,7 @@ def test_check_reports_a_stale_lock_with_exit_3_and_no_request(hub: Hub, tmp_pat
     assert stale.code == 3
     assert stale.stderr == (
         "error: weights.lock needs to be updated, but `--check` was provided: weights.toml has "
-        "changed (added acme/tiny-squad; changed acme/tiny-bert)\n"
+        "changed (added acme/tiny-squad; changed: acme/tiny-bert's include/exclude differ from the lock's)\n"
         "hint: To update the lock file, run `wlock lock`.\n"
     )
 
@@ -116,8 +116,14 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     bad_add = run_wlock("add", "not a repo", cwd=project)
     assert bad_add.code == 2
     assert bad_add.stderr == (
-        "error: 'not a repo' is not a Hub repo id\nhint: Write it as `org/name[@ref]`.\n"
+        "error: 'not a repo' is not a Hub repo id (letters, digits, '-', '_', '.'; `org/name`)\nhint: Write it as `org/name[@ref]`.\n"
     )
+    for spec, problem in (("acme/tiny-bert@../../../x", "contains '..'"),
+                          ("acme/tiny-bert@/etc/passwd", "is not a valid ref"),
+                          ("acme/tiny-bert@a b", "holds a control character or a space")):
+        hostile = run_wlock("add", spec, cwd=project)
+        assert hostile.code == 2 and problem in hostile.stderr, hostile.stderr
+    assert (project / "weights.toml").read_text() == '[[model]]\nid = "acme/tiny-bert"\n'
 
 
 def test_invalid_manifest_exits_4_naming_file_line_and_key(hub: Hub, tmp_path: Path) -> None:

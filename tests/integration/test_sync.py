@@ -351,7 +351,7 @@ def test_locked_and_frozen(hub: Hub, tmp_path: Path) -> None:
     assert stale.code == 3
     assert stale.stderr == (
         "error: weights.lock needs to be updated, but `--locked` was provided: weights.toml "
-        "has changed (changed acme/tiny-bert)\nhint: To update the lock file, run `wlock lock`.\n"
+        "has changed (changed: acme/tiny-bert follows 'v1.0', locked for 'main')\nhint: To update the lock file, run `wlock lock`.\n"
     )
     assert not cache.exists()
     (project / "weights.toml").write_text("not toml [")

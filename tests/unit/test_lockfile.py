@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 
 from wlock.errors import InvalidFileError
-from wlock.lockfile import read_lock, render_lock, safe_repo_path, write_lock
+from wlock.lockfile import read_lock, render_lock, write_lock
 from wlock.models import Lock, LockedFile, LockedRepo
+from wlock.names import file_path_problem
 
 COMMIT_A = "558d4e6e9545d3c930caa62f5f64a3ff83705c84"
 COMMIT_B = "cd46b88f0d0dba0b6d4bb1a8bd6d3b3ab4c9d0e1"
@@ -97,13 +98,36 @@ def test_strings_that_need_escaping_survive(tmp_path: Path) -> None:
         (lambda t: t.replace("version = 1", "version = 9"),
          "weights.lock:2: `version`: unsupported lock version 9 (this wlock reads version 1)"),
         (lambda t: t.replace(f'revision = "{COMMIT_B}"', 'revision = "main"'),
-         "weights.lock:15: `dataset.revision`: acme/squad: `revision` must be a 40-hex commit"),
+         "weights.lock:18: `dataset.revision`: acme/squad: `revision` must be a 40-hex commit"),
         (lambda t: t.replace('"data/ü x.parquet"', '"../escape"'),
-         "weights.lock:15: `dataset.files`: acme/squad: unsafe or missing file path '../escape'"),
+         "weights.lock:21: `dataset.files`: acme/squad: unsafe file path '../escape'"),
         (lambda t: t.replace("size = 148,", "size = -1,"),
-         "weights.lock:5: `model.files`: acme/tiny-bert: config.json: bad size -1"),
+         "weights.lock:10: `model.files`: acme/tiny-bert: config.json: bad size -1"),
         (lambda t: t + "extra = 1\n", "weights.lock:"),
         (lambda t: t.replace("[[dataset]]", "[[dataset]"), "weights.lock:15: invalid TOML"),
+        # Hand-edited locks from the torture run (issue 7): names that would become paths.
+        (lambda t: t.replace('requested = "main"', 'requested = "../../../x"'),
+         "weights.lock:7: `model.requested`: acme/tiny-bert: '../../../x' contains '..'"),
+        (lambda t: t.replace('requested = "main"', 'requested = "/etc/passwd"'),
+         "weights.lock:7: `model.requested`: acme/tiny-bert: '/etc/passwd' is not a valid ref"),
+        (lambda t: t.replace('requested = "main"', 'requested = "ma\\u0000in"'),
+         "weights.lock:7: `model.requested`: acme/tiny-bert: 'ma\\x00in' holds a control"),
+        (lambda t: t.replace('id = "acme/tiny-bert"', 'id = "acme/tiny\\u0000bert"'),
+         "weights.lock:6: `model.id`: 'acme/tiny\\x00bert' is not a Hub repo id"),
+        (lambda t: t.replace('id = "acme/tiny-bert"', 'id = "../../etc"'),
+         "weights.lock:6: `model.id`: '../../etc' is not a Hub repo id"),
+        (lambda t: t.replace('path = "empty"', 'path = "config.json"'),
+         "weights.lock:9: `model.files`: acme/tiny-bert: 'config.json' is listed twice"),
+        (lambda t: t.replace('path = "empty"', 'path = "config.json/x"'),
+         "weights.lock:9: `model.files`: acme/tiny-bert: 'config.json' is listed as a file and as the folder of 'config.json/x'"),
+        (lambda t: t.replace("size = 148,", "size = 100000000000000000000000000,"),
+         "weights.lock:10: `model.files`: acme/tiny-bert: config.json: bad size 100000000000000000000000000"),
+        (lambda t: t.replace('requested = "main"', f'requested = "{COMMIT_B}"'),
+         "weights.lock:8: `model.revision`: acme/tiny-bert: `requested` is the commit cd46b88 but `revision` is 558d4e6"),
+        (lambda t: t + t[t.index("[[dataset]]"):].replace("acme/squad", "ACME/Squad"),
+         "weights.lock:24: `dataset.id`: dataset 'ACME/Squad' is locked twice (first at line 16)"),
+        (lambda t: t.replace('include = ["data/*"]', "include = " + "[" * 3000),
+         "weights.lock:19: invalid TOML: arrays or tables nested too deeply"),
     ],
 )
 def test_invalid_locks_name_line_and_key(tmp_path: Path, mutate, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -121,8 +145,8 @@ def test_invalid_locks_name_line_and_key(tmp_path: Path, mutate, message: str) -
      ("a/../b", False), ("..", False), ("a\\b", False), ("a\x00b", False), ("a//b", False),
      ("", False), ("./a", False)],
 )
-def test_safe_repo_path(path: str, safe: bool) -> None:
-    assert safe_repo_path(path) is safe
+def test_file_path_problem(path: str, safe: bool) -> None:
+    assert (file_path_problem(path) is None) is safe
 
 
 @pytest.mark.parametrize("size", [0, 5, 1024 * 1024, 3 * 1024 * 1024 + 7])

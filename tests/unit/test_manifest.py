@@ -66,7 +66,7 @@ def test_digest_ignores_comments_layout_and_order(tmp_path: Path) -> None:
         ('[[model]]\nref = "main"\n', "weights.toml:1: `model`: missing `id`"),
         ('models = []\n', "weights.toml:1: `models`: unknown key"),
         ('[[model]]\nid = "a/x"\nref = "has space"\n',
-         "weights.toml:3: `model.ref`: 'has space' is not a branch, tag or commit"),
+         "weights.toml:3: `model.ref`: 'has space' holds a control character or a space"),
         ('[[model]\nid = "a/x"\n', "weights.toml:1: invalid TOML"),
     ],
 )

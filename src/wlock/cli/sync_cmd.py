@@ -39,7 +39,7 @@ def sync(
       wlock sync --dry-run               # what would be fetched, and how many bytes
       wlock sync --cache-dir /nvme/hf --jobs 8
     """
-    from wlock.lockfile import LOCK_NAME, read_lock, stale_error
+    from wlock.lockfile import LOCK_NAME, is_fresh, read_lock, stale_error
     from wlock.sync import execute_plan, plan_sync, preflight
 
     if locked and frozen:
@@ -53,7 +53,7 @@ def sync(
         from wlock.manifest import read_manifest
 
         manifest = read_manifest(project / "weights.toml")
-        if manifest.digest != lock.manifest_digest:
+        if not is_fresh(manifest, lock):
             error = stale_error(manifest, lock_path, lock, "--locked")
             if locked:
                 raise error
