@@ -15,22 +15,34 @@ processes on several nodes can sync one cache at once without relying on `flock`
 no-op on some network filesystems (huggingface_hub reached the same conclusion for Lustre/NFS:
 huggingface/huggingface_hub#2086). We never write `trees/<commit>.json`: huggingface_hub
 trusts it forever, and a lock often holds a filtered subset of a commit.
+
+Nothing is written or read through a link the cache does not own: every folder from the repo
+folder down is checked to be a real folder (a link planted at `snapshots/<commit>/onnx` would
+otherwise make a sync write outside the cache), refs are opened without following links, and
+a fresh snapshot is built in a staging folder and renamed into place whole, so a killed sync
+never leaves a `snapshots/<commit>/` that huggingface_hub would take as complete.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import stat
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from wlock.atomic import HOST, temp_path_for
+from wlock.errors import UnsafeCacheError
 from wlock.lockfile import is_commit
 from wlock.models import LockedFile, LockedRepo, RepoKind
 
 TEMP_SUFFIX = ".wlock-incomplete"
 LINK_TEMP_SUFFIX = ".wlock-tmp"
+# Snapshots are built here, beside `snapshots/` at the same depth (so the same relative link
+# targets work), and renamed into place: huggingface_hub's cache scan never looks in it.
+STAGING = ".wlock-staging"
 # A temp file from another host is only removed once it is this old: we cannot tell whether
 # its writer is alive, and removing a live writer's file would only cost it a retry.
 FOREIGN_TEMP_AGE = 6 * 3600
@@ -42,11 +54,14 @@ def repo_folder_name(kind: RepoKind, repo_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RepoPaths:
+    cache_dir: Path
     root: Path
+    # Folders already checked to be real folders; a RepoPaths lives for one command.
+    verified: set[str] = field(default_factory=set, compare=False, repr=False)
 
     @classmethod
     def of(cls, cache_dir: Path, repo: LockedRepo) -> RepoPaths:
-        return cls(cache_dir / repo_folder_name(repo.kind, repo.id))
+        return cls(cache_dir, cache_dir / repo_folder_name(repo.kind, repo.id))
 
     @property
     def blobs(self) -> Path:
@@ -64,6 +79,60 @@ class RepoPaths:
     def ref(self, name: str) -> Path:
         return self.root / "refs" / name
 
+    def staging(self, revision: str) -> Path:
+        return temp_path_for(self.root / STAGING / revision, LINK_TEMP_SUFFIX)
+
+
+def folder_problem(paths: RepoPaths, folder: Path) -> str | None:
+    """What is wrong on the way from the cache to `folder`: None when every existing part
+    below the cache folder is a real folder (missing parts are fine), else a description
+    of the link or file in the way. Touches nothing."""
+    current = paths.cache_dir
+    for part in folder.relative_to(paths.cache_dir).parts:
+        current = current / part
+        key = str(current)
+        if key in paths.verified:
+            continue
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(mode):
+            return f"{current} is {_what(mode)}, where the cache needs a folder"
+        paths.verified.add(key)
+    return None
+
+
+def make_folder(paths: RepoPaths, folder: Path) -> Path:
+    """Create `folder` and its parents inside the cache, refusing to go through a link.
+
+    Raises UnsafeCacheError (exit 6) naming a link or file where a folder belongs.
+    """
+    if str(folder) in paths.verified:
+        return folder
+    current = paths.cache_dir
+    current.mkdir(parents=True, exist_ok=True)
+    for part in folder.relative_to(paths.cache_dir).parts:
+        current = current / part
+        key = str(current)
+        if key in paths.verified:
+            continue
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(current)
+        mode = os.lstat(current).st_mode
+        if not stat.S_ISDIR(mode):
+            raise UnsafeCacheError(current, _what(mode))
+        paths.verified.add(key)
+    return folder
+
+
+def _what(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISREG(mode):
+        return "a file"
+    return "not a folder"
+
 
 def link_target(path: str, etag: str) -> str:
     """What `snapshots/<commit>/<path>` points at: `../../blobs/<etag>`, one `../` per folder."""
@@ -73,6 +142,25 @@ def link_target(path: str, etag: str) -> str:
 def follows_ref(repo: LockedRepo) -> bool:
     """A branch or tag gets a refs/ file; a pinned commit does not (as huggingface_hub)."""
     return not is_commit(repo.requested)
+
+
+def read_ref(paths: RepoPaths, name: str) -> str | None:
+    """The commit `refs/<name>` holds, or None when it is missing or not a plain file inside
+    the cache (never read through a link: a ref's content is printed in messages)."""
+    ref = paths.ref(name)
+    if folder_problem(paths, ref.parent) is not None:
+        return None
+    try:
+        fd = os.open(ref, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = os.read(fd, 64).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+    return text if is_commit(text) else None
 
 
 def temp_blob_path(paths: RepoPaths, etag: str) -> Path:
@@ -92,34 +180,65 @@ def write_empty_blob(paths: RepoPaths, file: LockedFile) -> None:
     publish_blob(tmp, paths.blob(file.etag))
 
 
-def ensure_link(paths: RepoPaths, revision: str, file: LockedFile) -> bool:
-    """Point snapshots/<revision>/<path> at its blob; True when something was changed."""
-    link = paths.link(revision, file.path)
+def ensure_link(paths: RepoPaths, folder: Path, file: LockedFile) -> bool:
+    """Point `<folder>/<path>` (a snapshot, or its staging folder) at its blob; True when
+    something was changed. A link or file already there is replaced, never followed."""
+    link = folder / file.path
     target = link_target(file.path, file.etag)
+    make_folder(paths, link.parent)
     try:
         if os.readlink(link) == target:
             return False
     except FileNotFoundError:
         pass
     except OSError:
-        # A regular file or folder where the link belongs (an older copy): replaced below.
-        if link.is_dir() and not link.is_symlink():
-            raise
-    link.parent.mkdir(parents=True, exist_ok=True)
+        # A regular file where the link belongs (an older copy): replaced below.
+        if stat.S_ISDIR(os.lstat(link).st_mode):
+            raise UnsafeCacheError(link, "a folder", "a link to a blob") from None
     tmp = temp_path_for(link, LINK_TEMP_SUFFIX)
     os.symlink(target, tmp)
     os.replace(tmp, link)
     return True
 
 
+def publish_snapshot(paths: RepoPaths, revision: str, files: tuple[LockedFile, ...]) -> int:
+    """Make `snapshots/<revision>` hold links for `files`; returns how many were made.
+
+    A snapshot that does not exist yet is built in a staging folder and renamed into place
+    whole; one that exists (another lock's subset, huggingface_hub's own download, a
+    concurrent sync that won the rename) gets the missing links in place.
+    """
+    snapshot = paths.snapshot(revision)
+    make_folder(paths, snapshot.parent)
+    if not os.path.lexists(snapshot):
+        staging = paths.staging(revision)
+        make_folder(paths, staging.parent)
+        try:
+            os.mkdir(staging)
+            paths.verified.add(str(staging))
+            linked = sum(ensure_link(paths, staging, f) for f in files)
+            try:
+                os.rename(staging, snapshot)
+                paths.verified.add(str(snapshot))
+                return linked
+            except OSError:
+                if not os.path.lexists(snapshot):
+                    raise
+                # Another sync published this snapshot first: complete it in place.
+        finally:
+            if os.path.lexists(staging):
+                shutil.rmtree(staging, ignore_errors=True)
+    make_folder(paths, snapshot)
+    return sum(ensure_link(paths, snapshot, f) for f in files)
+
+
 def ensure_ref(paths: RepoPaths, name: str, revision: str) -> bool:
+    if read_ref(paths, name) == revision:
+        return False
     ref = paths.ref(name)
-    try:
-        if ref.read_text(encoding="utf-8") == revision:
-            return False
-    except (FileNotFoundError, NotADirectoryError):
-        pass
-    ref.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(paths, ref.parent)
+    if os.path.isdir(ref) and not os.path.islink(ref):
+        raise UnsafeCacheError(ref, "a folder", "a ref file")
     tmp = temp_path_for(ref, LINK_TEMP_SUFFIX)
     tmp.write_text(revision, encoding="utf-8")
     os.replace(tmp, ref)
@@ -127,21 +246,28 @@ def ensure_ref(paths: RepoPaths, name: str, revision: str) -> bool:
 
 
 def clean_stale_temps(paths: RepoPaths, revision: str) -> int:
-    """Remove temp files left by killed syncs (blobs, and links or refs caught mid-rename):
-    this host's when their process is gone, other hosts' when old. Returns how many."""
+    """Remove what killed syncs left (temp blobs, links or refs caught mid-rename, staging
+    folders): this host's when their process is gone, other hosts' when old. Returns how
+    many. Folders that are links are not walked."""
     removed = 0
     now = time.time()
-    folders = [paths.blobs, paths.snapshot(revision), paths.root / "refs"]
+    folders = [paths.blobs, paths.snapshot(revision), paths.root / "refs", paths.root / STAGING]
     for folder in folders:
-        for dirpath, _, names in os.walk(folder):
-            for name in names:
+        if folder_problem(paths, folder) is not None or not os.path.isdir(folder):
+            continue
+        for dirpath, dirnames, names in os.walk(folder):
+            for name in [*names, *dirnames]:
                 if not name.endswith((TEMP_SUFFIX, LINK_TEMP_SUFFIX)):
                     continue
                 path = os.path.join(dirpath, name)
                 if _stale(name, path, now):
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(path)
+                        if name in dirnames and not os.path.islink(path):
+                            shutil.rmtree(path)
+                        else:
+                            os.unlink(path)
                         removed += 1
+            dirnames[:] = [d for d in dirnames if not d.endswith(LINK_TEMP_SUFFIX)]
     return removed
 
 

@@ -7,12 +7,13 @@ the longest hash starts at once. The CLI decides the exit code from the report.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from wlock.cache import RepoPaths, follows_ref, link_target
+from wlock.cache import RepoPaths, folder_problem, follows_ref, link_target, read_ref
 from wlock.hashing import hash_file
 from wlock.models import CheckReport, Lock, LockedFile, LockedRepo, Problem
 
@@ -41,10 +42,7 @@ def check_cache(
             entry = to_hash.setdefault(key, (f, []))
             entry[1].append((repo, f))
         if follows_ref(repo):
-            try:
-                ref = paths.ref(repo.requested).read_text(encoding="utf-8")
-            except OSError:
-                ref = "(no ref)"
+            ref = read_ref(paths, repo.requested) or "no commit there"
             if ref != repo.revision:
                 problems.append(Problem("wrong-ref", repo.kind, repo.id, f"refs/{repo.requested}",
                                         repo.revision, ref))
@@ -70,8 +68,13 @@ def check_cache(
 def _locate(
     paths: RepoPaths, repo: LockedRepo, f: LockedFile, problems: list[Problem]
 ) -> Path | None:
-    """The file's bytes on disk, after checking the snapshot entry and its size."""
+    """The file's bytes on disk, after checking the snapshot entry, where it leads and its
+    size. Only a regular file inside the cache is ever opened: never a FIFO, a device, or a
+    file a planted link points at."""
     link = paths.link(repo.revision, f.path)
+    if unsafe := folder_problem(paths, link.parent):
+        problems.append(Problem("unsafe", repo.kind, repo.id, f.path, "a folder", unsafe))
+        return None
     expected = link_target(f.path, f.etag)
     try:
         target = os.readlink(link)
@@ -85,16 +88,29 @@ def _locate(
         problems.append(Problem("wrong-link", repo.kind, repo.id, f.path, expected, target))
         return None
     try:
-        size = os.stat(link).st_size
+        st = os.stat(link)
     except OSError:
         problems.append(Problem("missing", repo.kind, repo.id, f.path,
                                 f"blobs/{f.etag}", "a dangling link"))
         return None
-    if size != f.size:
+    if not stat.S_ISREG(st.st_mode):
+        problems.append(Problem("unsafe", repo.kind, repo.id, f.path, "a regular file",
+                                "a FIFO, device or folder"))
+        return None
+    real = os.path.realpath(link)
+    if os.path.commonpath([real, _real_cache(paths)]) != _real_cache(paths):
+        problems.append(Problem("unsafe", repo.kind, repo.id, f.path, "a file in the cache",
+                                "a link out of the cache"))
+        return None
+    if st.st_size != f.size:
         problems.append(Problem("wrong-size", repo.kind, repo.id, f.path,
-                                f"{f.size} bytes", f"{size} bytes"))
+                                f"{f.size} bytes", f"{st.st_size} bytes"))
         return None
     return link
+
+
+def _real_cache(paths: RepoPaths) -> str:
+    return os.path.realpath(paths.cache_dir)
 
 
 def _hash(path: Path, f: LockedFile, on_hashed: Callable[[int], None] | None) -> str:

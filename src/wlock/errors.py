@@ -125,3 +125,16 @@ class LocalError(WlockError):
 
     exit_code = ExitCode.LOCAL
     label = "local"
+
+
+class UnsafeCacheError(LocalError):
+    """A link or file sits where the cache needs a folder: writing there would leave the
+    cache (a planted `snapshots/<commit>/onnx -> /etc`), so we stop instead."""
+
+    def __init__(self, path: object, what: str, needs: str = "a folder of its own") -> None:
+        super().__init__(
+            f"{path} is {what} where the cache needs {needs}; wlock does not write through it",
+            hint=f"Remove {path} (nothing in a Hugging Face cache is a link to a folder), "
+            "then run the command again.",
+        )
+        self.path = str(path)

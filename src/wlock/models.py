@@ -187,7 +187,7 @@ class SyncResult:
 class Problem:
     """One way the cache differs from the lock."""
 
-    kind: Literal["missing", "wrong-size", "wrong-hash", "wrong-link", "wrong-ref"]
+    kind: Literal["missing", "wrong-size", "wrong-hash", "wrong-link", "wrong-ref", "unsafe"]
     repo_kind: RepoKind
     repo_id: str
     path: str
@@ -201,6 +201,7 @@ class Problem:
             "wrong-hash": "wrong bytes",
             "wrong-link": "wrong link",
             "wrong-ref": "wrong ref",
+            "unsafe": "not a file of the cache",
         }[self.kind]
         detail = f"expected {self.expected}, found {self.actual}"
         return f"{what}: {self.repo_kind} {self.repo_id}: {self.path}: {detail}"

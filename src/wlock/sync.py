@@ -14,15 +14,19 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from stat import S_ISREG
 
 from wlock.cache import (
     RepoPaths,
     clean_stale_temps,
-    ensure_link,
     ensure_ref,
+    folder_problem,
     follows_ref,
     link_target,
+    make_folder,
     publish_blob,
+    publish_snapshot,
+    read_ref,
     temp_blob_path,
     write_empty_blob,
 )
@@ -64,17 +68,28 @@ def _plan_repo(repo: LockedRepo, cache_dir: Path) -> RepoSyncPlan:
     # pathlib's `/` costs more than the readlink and stat themselves.
     snapshot = f"{paths.snapshot(repo.revision)}/"
     blobs = f"{paths.blobs}/"
+    blobs_ok = folder_problem(paths, paths.blobs) is None
+    # A folder on the way to a link that is itself a link (out of the cache) means nothing
+    # under it is present: execution then refuses to write through it, naming it (exit 6).
+    folders_ok: dict[str, bool] = {}
     fetch, corrupt, link, present = [], [], [], []
     blob_sizes: dict[str, int | None] = {}
     for f in repo.files:
         etag = f.etag
+        parent = f.path.rpartition("/")[0]
+        if parent not in folders_ok:
+            folders_ok[parent] = folder_problem(
+                paths, paths.snapshot(repo.revision) / parent) is None
         try:
-            link_ok = os.readlink(snapshot + f.path) == link_target(f.path, etag)
+            link_ok = folders_ok[parent] and (
+                os.readlink(snapshot + f.path) == link_target(f.path, etag))
         except OSError:
             link_ok = False
         if etag not in blob_sizes:
             try:
-                blob_sizes[etag] = os.stat(blobs + etag).st_size
+                st = os.stat(blobs + etag)
+                # Only a regular file counts: a FIFO or a device is refetched and replaced.
+                blob_sizes[etag] = st.st_size if blobs_ok and S_ISREG(st.st_mode) else -1
             except OSError:
                 blob_sizes[etag] = None
         size = blob_sizes[etag]
@@ -87,12 +102,8 @@ def _plan_repo(repo: LockedRepo, cache_dir: Path) -> RepoSyncPlan:
         else:
             link.append(f)
     ref = None
-    if follows_ref(repo):
-        try:
-            current = paths.ref(repo.requested).read_text(encoding="utf-8")
-        except OSError:
-            current = None
-        ref = None if current == repo.revision else repo.requested
+    if follows_ref(repo) and read_ref(paths, repo.requested) != repo.revision:
+        ref = repo.requested
     return RepoSyncPlan(repo=repo, fetch=tuple(fetch), corrupt=tuple(corrupt),
                         link=tuple(link), present=tuple(present), ref=ref)
 
@@ -141,8 +152,9 @@ def execute_plan(
     try:
         for r in work:
             paths = RepoPaths.of(cache_dir, r.repo)
-            paths.blobs.mkdir(parents=True, exist_ok=True)
-            paths.snapshot(r.repo.revision).mkdir(parents=True, exist_ok=True)
+            make_folder(paths, paths.blobs)
+            # huggingface_hub's cache scan warns about a repo folder without `snapshots/`.
+            make_folder(paths, paths.root / "snapshots")
             clean_stale_temps(paths, r.repo.revision)
     except OSError as e:
         raise _local(e, cache_dir) from e
@@ -157,15 +169,16 @@ def execute_plan(
             on_done,
         )
 
+    # Links only once every blob of the repo is in, the ref last: a snapshot never points
+    # at a missing blob, and a ref never names a snapshot that is not complete.
     linked = 0
     try:
         for r in work:
+            if any(failed[:2] == r.repo.key for failed in failed_blobs):
+                continue
             paths = RepoPaths.of(cache_dir, r.repo)
-            pending = [f for f in (*r.fetch, *r.corrupt, *r.link)
-                       if (*r.repo.key, f.etag) not in failed_blobs]
-            for f in pending:
-                linked += ensure_link(paths, r.repo.revision, f)
-            if r.ref and not any(failed[:2] == r.repo.key for failed in failed_blobs):
+            linked += publish_snapshot(paths, r.repo.revision, (*r.fetch, *r.corrupt, *r.link))
+            if r.ref:
                 ensure_ref(paths, r.ref, r.repo.revision)
     except OSError as e:
         raise _local(e, cache_dir) from e

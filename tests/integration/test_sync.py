@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import hf_hub_download, scan_cache_dir, snapshot_download
+from huggingface_hub.errors import LocalEntryNotFoundError
 
 from tests.conftest import GATED_TOKEN, Hub, read_only, run_wlock, tmpfs, write_project
 from wlock.lockfile import read_lock
@@ -184,8 +185,16 @@ def test_persistently_corrupt_bytes_fail_with_exit_1_and_never_enter_the_cache(
     repo = cache / "models--acme--tiny-bert"
     assert not (repo / "blobs" / weights.etag).exists()
     assert not list(repo.rglob("*.wlock-incomplete"))
-    assert not any(p.name == "model.safetensors" for p in (repo / "snapshots").rglob("*"))
-    assert any(p.name == "config.json" for p in (repo / "snapshots").rglob("*"))  # still landed
+    # The fresh snapshot appears complete or not at all: huggingface_hub must not take a
+    # half-linked folder as the revision. The good blob is kept for the next sync.
+    assert list((repo / "snapshots").iterdir()) == []
+    config = next(f for f in read_lock(project / "weights.lock").repos[0].files
+                  if f.path == "config.json")
+    assert (repo / "blobs" / config.etag).is_file()
+    with pytest.raises(LocalEntryNotFoundError, match="cached snapshot folder"):
+        snapshot_download("acme/tiny-bert", revision=read_lock(project / "weights.lock").repos[0].revision,
+                          cache_dir=cache, local_files_only=True)
+    assert not (repo / "refs" / "main").exists()
     assert scan_cache_dir(cache).warnings == []
     hub.process.faults()
     assert sync(hub, project, cache).code == 0
@@ -268,6 +277,11 @@ def test_a_sync_killed_mid_transfer_is_completed_by_the_next(
         assert time.monotonic() < deadline, f"orphaned transfer workers {workers}"
         time.sleep(0.05)
     assert list(cache.rglob("*.wlock-incomplete")), "the kill left a partial file behind"
+    # No half-made snapshot: huggingface_hub offline must refuse the revision, not return a
+    # folder that loads nothing (issue 7).
+    revision = read_lock(project / "weights.lock").repos[0].revision
+    with pytest.raises(LocalEntryNotFoundError, match="cached snapshot folder"):
+        snapshot_download(big_repo, revision=revision, cache_dir=cache, local_files_only=True)
     interrupted = check(project, cache)
     assert interrupted.code == 1
     hub.process.faults()

@@ -1,0 +1,165 @@
+"""A pull request may edit weights.lock, and a cache may already hold links planted by
+someone else: neither may make wlock write or read outside the cache (issue 7)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Hub, run_wlock, write_project
+from wlock.lockfile import read_lock
+
+MANIFEST = '[[model]]\nid = "acme/tiny-bert"\n'
+
+
+def tree_digest(root: Path) -> str:
+    """Every name, link target and byte under `root`: any write there changes it."""
+    digest = hashlib.sha256()
+    for dirpath, dirnames, names in sorted(os.walk(root)):
+        dirnames.sort()
+        for name in sorted([*names, *dirnames]):
+            path = Path(dirpath, name)
+            digest.update(str(path.relative_to(root)).encode())
+            if path.is_symlink():
+                digest.update(os.readlink(path).encode())
+            elif path.is_file():
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture
+def sentinel(tmp_path: Path) -> Path:
+    """A tree outside the cache with a secret in it, that nothing may read or change."""
+    root = tmp_path / "outside"
+    (root / "x").mkdir(parents=True)
+    (root / "x" / "secret").write_text("TOPSECRET")
+    return root
+
+
+def locked_project(hub: Hub, root: Path) -> Path:
+    project = write_project(root / "p", MANIFEST)
+    result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 0, result.stderr
+    return project
+
+
+@pytest.mark.parametrize("requested", ["../../../../outside/x/secret", "/OUTSIDE/x/secret",
+                                       "refs/../../x", "main\\u0000"])
+def test_a_lock_whose_ref_points_outside_the_cache_is_refused_everywhere(
+    hub: Hub, tmp_path: Path, sentinel: Path, requested: str
+) -> None:
+    project = locked_project(hub, tmp_path)
+    cache = tmp_path / "cache"
+    lock_file = project / "weights.lock"
+    hostile = requested.replace("/OUTSIDE", str(sentinel))
+    lock_file.write_text(lock_file.read_text().replace('requested = "main"',
+                                                       f'requested = "{hostile}"'))
+    before = tree_digest(sentinel)
+    requests = hub.process.stats()["requests"]
+    for argv in (["sync", "--locked", "--endpoint", hub.endpoint, "--cache-dir", str(cache)],
+                 ["sync", "--frozen", "--endpoint", hub.endpoint, "--cache-dir", str(cache)],
+                 ["check", "--cache-dir", str(cache)],
+                 ["lock", "--check"],
+                 ["lock", "--endpoint", hub.endpoint]):
+        result = run_wlock(*argv, cwd=project)
+        assert result.code == 4, (argv, result.stderr)
+        assert result.stderr.startswith(f"error: {lock_file}:7: `model.requested`: "), result.stderr
+        assert "TOPSECRET" not in result.stdout + result.stderr
+    assert tree_digest(sentinel) == before
+    assert not cache.exists()
+    assert hub.process.stats()["requests"] == requests
+
+
+def test_a_lock_for_another_ref_is_stale_not_up_to_date(hub: Hub, tmp_path: Path) -> None:
+    project = locked_project(hub, tmp_path)
+    lock_file = project / "weights.lock"
+    lock_file.write_text(lock_file.read_text().replace('requested = "main"',
+                                                       'requested = "v1.0"'))
+    result = run_wlock("lock", "--check", cwd=project)
+    assert result.code == 3
+    assert "acme/tiny-bert follows 'main', locked for 'v1.0'" in result.stderr
+    assert run_wlock("sync", "--locked", "--cache-dir", str(tmp_path / "c"),
+                     cwd=project).code == 3
+
+
+@pytest.mark.parametrize("planted", ["snapshots/{rev}/onnx", "snapshots/{rev}", "refs",
+                                     "blobs", "snapshots"])
+def test_a_link_planted_in_the_cache_is_never_written_through(
+    hub: Hub, tmp_path: Path, sentinel: Path, planted: str
+) -> None:
+    project = locked_project(hub, tmp_path)
+    cache = tmp_path / "cache"
+    revision = read_lock(project / "weights.lock").repos[0].revision
+    link = cache / "models--acme--tiny-bert" / planted.format(rev=revision)
+    link.parent.mkdir(parents=True)
+    link.symlink_to(sentinel / "x")
+    before = tree_digest(sentinel)
+
+    result = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project)
+    assert result.code == 6, result.stderr
+    assert f"error: {link} is a symbolic link where the cache needs a folder of its own" \
+        in result.stderr
+    assert f"hint: Remove {link}" in result.stderr
+    assert tree_digest(sentinel) == before
+
+    checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
+    assert checked.code == 1
+    assert "TOPSECRET" not in checked.stdout + checked.stderr
+    assert tree_digest(sentinel) == before
+
+    link.unlink()  # what the hint says: then the same sync completes the cache
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
+
+
+def test_a_ref_that_is_a_link_is_neither_read_nor_followed(
+    hub: Hub, tmp_path: Path, sentinel: Path
+) -> None:
+    project = locked_project(hub, tmp_path)
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    ref = cache / "models--acme--tiny-bert" / "refs" / "main"
+    ref.unlink()
+    ref.symlink_to(sentinel / "x" / "secret")
+    before = tree_digest(sentinel)
+    checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
+    assert checked.code == 1
+    assert "wrong ref: model acme/tiny-bert: refs/main" in checked.stdout
+    assert "TOPSECRET" not in checked.stdout + checked.stderr
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    assert not ref.is_symlink()  # the link itself was replaced, its target untouched
+    assert tree_digest(sentinel) == before
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_check_hashes_regular_files_only(hub: Hub, tmp_path: Path, kind: str) -> None:
+    project = write_project(tmp_path / "p", MANIFEST)
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    empty = next(f for f in repo.files if f.size == 0)
+    blob = cache / "models--acme--tiny-bert" / "blobs" / empty.etag
+    blob.unlink()
+    if kind == "fifo":
+        os.mkfifo(blob)
+    else:
+        blob.symlink_to("/dev/zero")
+    # A reader of the FIFO or of /dev/zero would never return; run_wlock's timeout is 120 s.
+    checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
+    assert checked.code == 1
+    assert (f"not a file of the cache: model acme/tiny-bert: {empty.path}: expected a regular "
+            "file, found a FIFO, device or folder") in checked.stdout
+    # sync replaces it with a real (empty) file, and check then passes.
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    assert blob.is_file() and not blob.is_symlink()
+    assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
