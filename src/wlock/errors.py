@@ -5,7 +5,16 @@ Only the CLI's ``main`` catches these; library callers get the typed exception w
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
+
+_QUERY = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#'\"<>]*)\?[^\s'\"<>)]*")
+
+
+def redact(text: str) -> str:
+    """`text` with the query string of every URL replaced by `?…`: a CDN's signed URL carries
+    its credentials there, and no message, log or report of ours may show them."""
+    return _QUERY.sub(r"\1?…", text)
 
 
 class ExitCode(IntEnum):
@@ -23,6 +32,10 @@ class WlockError(Exception):
 
     exit_code: ExitCode = ExitCode.CHECK_FAILED
     label: str = "error"
+    # Set by code that fails many files for one reason (a dead endpoint, a stalled server),
+    # so a report can say the reason once and list the files under it.
+    cause: str | None = None
+    subject: str | None = None  # the file or repo the failure is about
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)

@@ -16,6 +16,7 @@ from wlock.errors import (
     HubUnreachableError,
     RevisionNotFoundError,
     UnsafePathError,
+    redact,
 )
 from wlock.hubstatus import hub_error, is_transient, retry_delay
 from wlock.lockfile import is_commit
@@ -29,6 +30,11 @@ T = TypeVar("T")
 
 MAX_ATTEMPTS = 6
 MAX_TRANSPORT_ATTEMPTS = 4
+# A request that times out is tried twice: an API that accepted the connection and never
+# answered will not answer the third time either. So `lock` against a hung endpoint ends
+# within about 2 x timeout.
+MAX_TIMEOUT_ATTEMPTS = 2
+DEFAULT_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +59,14 @@ class HubClient:
         endpoint: str,
         token: str | None = None,
         *,
+        timeout: float = DEFAULT_TIMEOUT,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         from huggingface_hub import HfApi
 
         self.endpoint = endpoint.rstrip("/")
+        # huggingface_hub's own client has no timeout: a hung endpoint would hang `lock`.
+        self.timeout = timeout
         # token=None lets huggingface_hub fall back to HF_TOKEN and the stored login, as
         # every other Hub tool does; we never read, print or store the value ourselves.
         self._api: HfApi = HfApi(endpoint=self.endpoint, token=token)
@@ -70,7 +79,8 @@ class HubClient:
         """
         info_call = self._api.model_info if kind == "model" else self._api.dataset_info
         info = self._with_retries(
-            kind, repo_id, ref, lambda: info_call(repo_id, revision=ref, files_metadata=True)
+            kind, repo_id, ref, lambda: info_call(repo_id, revision=ref, files_metadata=True,
+                                              timeout=self.timeout)
         )
         sha = getattr(info, "sha", None)
         if not isinstance(sha, str) or not is_commit(sha):
@@ -109,12 +119,17 @@ class HubClient:
             except httpx2.TransportError as e:
                 # huggingface_hub lets its transport's errors through (connect, read, timeout).
                 # A dropped connection is worth a few quick retries; a refused one rarely
-                # heals within seconds, so these stop sooner than 429s and 5xx.
-                if attempt >= MAX_TRANSPORT_ATTEMPTS:
+                # heals within seconds, so these stop sooner than 429s and 5xx; a timeout
+                # costs `timeout` seconds each, so it is tried twice only.
+                timed_out = isinstance(e, httpx2.TimeoutException)
+                if attempt >= (MAX_TIMEOUT_ATTEMPTS if timed_out else MAX_TRANSPORT_ATTEMPTS):
+                    what = (f"no answer within {self.timeout:g}s, {attempt} times" if timed_out
+                            else redact(str(e)) or type(e).__name__)
                     raise HubUnreachableError(
-                        f"cannot reach {self.endpoint} for {kind} {repo_id}: {e}",
+                        f"cannot reach {self.endpoint} for {kind} {repo_id}: {what}",
                         repo=repo_id,
-                        hint="Check the network, or the endpoint (--endpoint / HF_ENDPOINT).",
+                        hint="Check the network, or the endpoint (--endpoint / HF_ENDPOINT)"
+                        + ("; on a slow link raise --timeout." if timed_out else "."),
                     ) from None
                 self._sleep(retry_delay(attempt, None))
         raise AssertionError("unreachable")

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from wlock.errors import InvalidFileError, UsageError
-from wlock.hub import HubClient, RemoteSnapshot
+from wlock.hub import DEFAULT_TIMEOUT, HubClient, RemoteSnapshot
 from wlock.lockfile import (
     LOCK_NAME,
     glob_pattern,
@@ -152,6 +152,7 @@ def lock_project(
     upgrade: bool = False,
     upgrade_packages: Collection[str] = (),
     jobs: int = DEFAULT_JOBS,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> LockResult:
     """`wlock lock`: resolve weights.toml into weights.lock.
 
@@ -172,7 +173,7 @@ def lock_project(
         written = False if dry_run else write_lock(lock_path, previous)
         return LockResult(lock=previous, changes=(), written=written)
 
-    client = HubClient(endpoint, token)
+    client = HubClient(endpoint, token, timeout=timeout)
     result = plan_lock(
         manifest, previous, lambda e: client.snapshot(e.kind, e.id, e.ref),
         upgrade=upgrade, upgrade_packages=upgrade_packages, jobs=jobs,

@@ -36,6 +36,7 @@ from wlock.units import human_size
 
 DEFAULT_JOBS = 4
 DEFAULT_CONNECTIONS = 8
+DEFAULT_TIMEOUT = 30.0  # seconds without a byte before a transfer is cancelled and retried
 
 
 class IntegrityFailure(CheckFailedError):
@@ -43,14 +44,29 @@ class IntegrityFailure(CheckFailedError):
 
 
 class SyncFailed(WlockError):
-    """Several files failed; the exit code is the most telling of their codes."""
+    """Several files failed; the exit code is the most telling of their codes. Failures with
+    one cause (a dead endpoint, a stalled server, a gated repo) are reported once, with the
+    files they hit."""
 
     def __init__(self, failures: list[WlockError]) -> None:
         codes = {f.exit_code for f in failures}
-        super().__init__(
-            f"{len(failures)} files failed:\n" + "\n".join(f"  {f.message}" for f in failures),
-            hint=failures[0].hint,
-        )
+        groups: dict[str, list[WlockError]] = {}
+        for failure in failures:
+            key = failure.cause or failure.message
+            if failure.cause is None and failure.subject:
+                key = failure.message.replace(f"{failure.subject}: ", "", 1)
+            groups.setdefault(key, []).append(failure)
+        lines = []
+        for key, group in groups.items():
+            if len(group) == 1:
+                lines.append(f"  {group[0].message}")
+                continue
+            names = sorted(f.subject or "?" for f in group)
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3
+                                            else "")
+            lines.append(f"  {key}: {len(group)} files ({shown})")
+        super().__init__(f"{len(failures)} files failed:\n" + "\n".join(lines),
+                         hint=failures[0].hint)
         # Wrong bytes say more than a flaky network; otherwise the lowest (Hub before local).
         self.exit_code = ExitCode.CHECK_FAILED if ExitCode.CHECK_FAILED in codes else min(codes)
 
@@ -137,6 +153,7 @@ def execute_plan(
     token: str | None,
     jobs: int = DEFAULT_JOBS,
     connections: int = DEFAULT_CONNECTIONS,
+    timeout: float = DEFAULT_TIMEOUT,
     on_start: Callable[[str, int], None] | None = None,
     on_bytes: Callable[[str, int], None] | None = None,
     on_done: Callable[[str, int], None] | None = None,
@@ -144,7 +161,8 @@ def execute_plan(
     """Fetch, verify, publish, link and ref everything `plan` lists as missing.
 
     Raises IntegrityFailure (exit 1) when bytes stay wrong after one retry, HubError (5),
-    LocalError (6) when the cache cannot be written; other files still complete first.
+    LocalError (6) when the cache cannot be written; other files still complete first. A
+    transfer that receives nothing for `timeout` seconds is cancelled and retried once.
     """
     started = time.monotonic()
     cache_dir = Path(plan.cache_dir)
@@ -165,8 +183,8 @@ def execute_plan(
     fetched_bytes = 0
     if downloads:
         fetched_bytes, failures, failed_blobs = _download_all(
-            downloads, cache_dir, endpoint, token, jobs, connections, on_start, on_bytes,
-            on_done,
+            downloads, cache_dir, endpoint, token, jobs, connections, timeout, on_start,
+            on_bytes, on_done,
         )
 
     # Links only once every blob of the repo is in, the ref last: a snapshot never points
@@ -198,6 +216,7 @@ def _download_all(
     token: str | None,
     jobs: int,
     connections: int,
+    timeout: float,
     on_start: Callable[[str, int], None] | None,
     on_bytes: Callable[[str, int], None] | None,
     on_done: Callable[[str, int], None] | None,
@@ -246,7 +265,7 @@ def _download_all(
             on_done(label, f.size)
         return f.size
 
-    with Transfer(endpoint, token, jobs=jobs, connections=connections,
+    with Transfer(endpoint, token, jobs=jobs, connections=connections, timeout=timeout,
                   on_bytes=report) as transfer, \
             ThreadPoolExecutor(max_workers=max(jobs, 8)) as pool:
         # Largest first: the long transfers start at once and the small ones fill the gaps.

@@ -17,9 +17,11 @@ import hashlib
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +29,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urljoin, urlsplit
 
 from wlock import __version__
-from wlock.errors import HubError, HubUnreachableError, RevisionNotFoundError
+from wlock.errors import (
+    HubError,
+    HubUnreachableError,
+    LocalError,
+    RevisionNotFoundError,
+    WlockError,
+    redact,
+)
 from wlock.hashing import hash_file
 from wlock.hubstatus import hub_error, is_transient, retry_delay
 from wlock.models import RepoKind
@@ -38,6 +47,12 @@ if TYPE_CHECKING:
 LARGE_FILE = 8 * 1024 * 1024
 MAX_REDIRECTS = 10
 MAX_ATTEMPTS = 5
+# A transfer whose bytes stop for `timeout` seconds is cancelled and retried once: a server
+# that stalls twice on the same file will not heal within a sync. So a sync against a stalled
+# server ends within about 2 x timeout.
+STALL_ATTEMPTS = 2
+DEFAULT_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +90,16 @@ class Transfer:
 
     def __init__(
         self, endpoint: str, token: str | None, *, jobs: int, connections: int = 8,
+        timeout: float = DEFAULT_TIMEOUT,
         on_bytes: Callable[[FetchJob, int], None] | None = None,
     ) -> None:
         import httpx2
 
         self.endpoint = endpoint.rstrip("/")
+        self._timeout = timeout
+        # Set once a file gave up because the endpoint refuses connections: the other files
+        # then fail at once with the same cause instead of each retrying for seconds.
+        self._down: str | None = None
         self._origin = _origin(self.endpoint)
         self._token = token
         self._jobs = jobs
@@ -89,7 +109,8 @@ class Transfer:
         self._per_file = max(1, connections // jobs)
         self._on_bytes = on_bytes or (lambda job, n: None)
         self._http = httpx2.Client(
-            timeout=httpx2.Timeout(60.0, connect=10.0),
+            # The read timeout is the stall timeout: seconds without a byte, not a deadline.
+            timeout=httpx2.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
             limits=httpx2.Limits(max_connections=4 * jobs + 8, max_keepalive_connections=32),
             headers={"User-Agent": f"wlock/{__version__}"},
             follow_redirects=False,
@@ -135,8 +156,11 @@ class Transfer:
         backoff. Raises IntegrityError when the bytes are wrong (the temp file is removed),
         HubError subclasses when the Hub refuses.
         """
+        stalls = 0
         for attempt in range(1, MAX_ATTEMPTS + 1):
             self._check_aborted()
+            if self._down is not None:
+                raise self._down_error(job)
             try:
                 if job.size >= LARGE_FILE:
                     actual_hash, actual_size = self._fetch_large(job, self._resolve(job))
@@ -146,7 +170,10 @@ class Transfer:
             except _Retryable as e:
                 with contextlib.suppress(FileNotFoundError):
                     job.temp.unlink()
-                if attempt == MAX_ATTEMPTS:
+                stalls += e.reason == "stall"
+                if attempt == MAX_ATTEMPTS or stalls >= STALL_ATTEMPTS:
+                    if e.reason == "unreachable":
+                        self._down = e.final.cause
                     raise e.final from None
                 self._aborted.wait(e.delay if e.delay is not None else retry_delay(attempt, None))
             except BaseException:
@@ -157,6 +184,12 @@ class Transfer:
             with contextlib.suppress(FileNotFoundError):
                 job.temp.unlink()
             raise IntegrityError(job, actual_size, actual_hash)
+
+    def _down_error(self, job: FetchJob) -> HubUnreachableError:
+        error = HubUnreachableError(f"{job.label}: not fetched: {self._down}", repo=job.repo_id,
+                                    hint=_NETWORK_HINT)
+        error.cause, error.subject = self._down, job.label
+        return error
 
     # -- steps ------------------------------------------------------------------------------
 
@@ -182,7 +215,7 @@ class Transfer:
             try:
                 response = self._http.request("HEAD", url, headers=self._headers_for(url))
             except httpx2.TransportError as e:
-                raise _unreachable(self.endpoint, job, e) from e
+                raise _transport_failure(self.endpoint, job, e, self._timeout) from e
             target = self._next_hop(url, response, job)
             if target is None:
                 return url
@@ -218,9 +251,9 @@ class Transfer:
             else:
                 raise HubError(f"{job.label}: too many redirects from {self.endpoint}",
                                repo=job.repo_id)
-        except httpx2.TransportError as e:  # includes a body cut short
+        except httpx2.TransportError as e:  # includes a body cut short, and a stall
             self._on_bytes(job, -written)
-            raise _unreachable(self.endpoint, job, e) from e
+            raise _transport_failure(self.endpoint, job, e, self._timeout) from e
         if job.hash_kind == "git-sha1" and written != job.size:
             return hash_file(job.temp, "git-sha1"), written
         return digest.hexdigest(), written
@@ -230,31 +263,41 @@ class Transfer:
                    "headers": self._headers_for(url), "connections": self._per_file}
         done = threading.Event()
         outcome: dict[str, Any] = {}
+        running: dict[str, subprocess.Popen[str]] = {}
 
         def run() -> None:
             try:
-                outcome.update(self._workers.run(payload))
+                outcome.update(self._workers.run(payload, running))
             except OSError as e:
                 outcome.update(ok=False, error=f"the download worker failed: {e}")
             finally:
                 done.set()
 
         threading.Thread(target=run, daemon=True).start()
-        last = 0
+        last, moved = 0, time.monotonic()
+        stalled = False
         while not done.wait(0.2):
             if self._aborted.is_set():
                 # abort() is killing the worker: wait until it is gone, or it could create
                 # its file after the caller removed it.
                 done.wait(10)
                 raise Aborted
-            last = self._report_progress(job, last)
+            progress = self._report_progress(job, last)
+            if progress != last:
+                last, moved = progress, time.monotonic()
+            elif time.monotonic() - moved > self._timeout and "worker" in running:
+                # hf_transfer has no read timeout: a CDN that stops sending mid-body would
+                # hold this download forever. Kill its worker; the pool starts another.
+                stalled = True
+                running["worker"].kill()
+                done.wait(10)
+                break
         self._check_aborted()
-        if not outcome.get("ok"):
+        if stalled or not outcome.get("ok"):
             self._on_bytes(job, -last)
-            raise _Retryable(HubUnreachableError(
-                f"{job.label}: download failed: {outcome.get('error')}", repo=job.repo_id,
-                hint="Retry; check the network and the endpoint.",
-            ))
+            if stalled:
+                raise _stalled(job, self._timeout)
+            raise _worker_failure(job, str(outcome.get("error")))
         self._on_bytes(job, job.size - last)
         return str(outcome["hash"]), int(outcome["size"])
 
@@ -272,7 +315,8 @@ class Transfer:
 
 
 class _WorkerPool:
-    """Up to `size` `wlock.transfer_worker` processes, each running one download at a time."""
+    """Up to `size` `wlock.transfer_worker` processes, each running one download at a time,
+    all living as long as the pool."""
 
     def __init__(self, size: int) -> None:
         self._size = size
@@ -280,6 +324,10 @@ class _WorkerPool:
         self._all: list[subprocess.Popen[str]] = []
         self._lock = threading.Lock()
         self._killed = False
+        self._spawns: queue.SimpleQueue[tuple[threading.Event, list[Any]] | None] = (
+            queue.SimpleQueue())
+        self._spawner: threading.Thread | None = None
+        self.spawned = 0  # processes started over the pool's life
 
     def _checkout(self) -> subprocess.Popen[str]:
         """An idle worker, a new one while under `size`, else wait for one to be free."""
@@ -298,22 +346,50 @@ class _WorkerPool:
         with self._lock:
             if self._killed:
                 raise OSError("the transfer was aborted")
-            if len(self._all) < self._size:
+            if len(self._all) >= self._size:
+                return None
+            if self._spawner is None:
+                self._spawner = threading.Thread(target=self._spawn_loop, daemon=True,
+                                                 name="wlock-transfer-spawner")
+                self._spawner.start()
+            request: tuple[threading.Event, list[Any]] = (threading.Event(), [])
+            self._spawns.put(request)
+            request[0].wait()
+            started = request[1][0]
+            if isinstance(started, BaseException):
+                raise started
+            self._all.append(started)
+            return started  # type: ignore[no-any-return]
+
+    def _spawn_loop(self) -> None:
+        """Start every worker from this one thread, which lives as long as the pool: Linux's
+        PR_SET_PDEATHSIG (transfer_worker.die_with_parent) fires when the *thread* that
+        started the child exits, so a worker started from a short-lived thread would be
+        killed after its first download."""
+        while (request := self._spawns.get()) is not None:
+            done, out = request
+            try:
                 # Its own session: a terminal's Ctrl-C reaches only the parent, which aborts
                 # and kills its workers itself (an interpreter interrupted while starting up
-                # prints a fatal error). If the parent dies, the kernel kills the worker
-                # (transfer_worker.die_with_parent); the next sync removes what it leaves.
-                worker = subprocess.Popen(
+                # prints a fatal error). If the parent dies, the kernel kills the worker; the
+                # next sync removes what it leaves.
+                out.append(subprocess.Popen(
                     [sys.executable, "-m", "wlock.transfer_worker"], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True,
                     env={**os.environ, "WLOCK_TRANSFER_PARENT": str(os.getpid())},
-                )
-                self._all.append(worker)
-                return worker
-        return None
+                ))
+                self.spawned += 1
+            except OSError as e:
+                out.append(e)
+            done.set()
 
-    def run(self, payload: dict[str, Any]) -> dict[str, Any]:
+    def run(
+        self, payload: dict[str, Any], running: dict[str, subprocess.Popen[str]]
+    ) -> dict[str, Any]:
+        """Run one download on a worker (published in `running["worker"]` so a watchdog
+        can kill it); a worker that exits is replaced by the next checkout."""
         worker = self._checkout()
+        running["worker"] = worker
         assert worker.stdin is not None and worker.stdout is not None
         try:
             worker.stdin.write(json.dumps(payload) + "\n")
@@ -325,7 +401,8 @@ class _WorkerPool:
             with self._lock:
                 self._all.remove(worker)
             worker.kill()
-            return {"ok": False, "error": "the download worker exited"}
+            worker.wait()
+            return {"ok": False, "error": f"the download worker exited ({worker.returncode})"}
         self._idle.put(worker)
         result: dict[str, Any] = json.loads(line)
         return result
@@ -338,6 +415,7 @@ class _WorkerPool:
             worker.kill()
         for worker in workers:
             worker.wait()
+        self._spawns.put(None)
 
     def close(self) -> None:
         for worker in self._all:
@@ -348,14 +426,26 @@ class _WorkerPool:
                 worker.wait(5)
             except subprocess.TimeoutExpired:
                 worker.kill()
+                worker.wait()
             if worker.stdout:
                 worker.stdout.close()
+        # Only now: the spawner's exit would take its workers with it (PR_SET_PDEATHSIG).
+        self._spawns.put(None)
+
+
+_NETWORK_HINT = "Check the network, or the endpoint (--endpoint / HF_ENDPOINT)."
 
 
 class _Retryable(Exception):
-    def __init__(self, final: HubError, delay: float | None = None) -> None:
+    """A failure worth another attempt. `reason`: "status" (429/5xx), "stall" (no byte for
+    the timeout), "unreachable" (the endpoint refuses or cannot be connected to), or
+    "transient" (a connection cut, a worker's failure)."""
+
+    def __init__(
+        self, final: HubError, delay: float | None = None, reason: str = "transient"
+    ) -> None:
         super().__init__(str(final))
-        self.final, self.delay = final, delay
+        self.final, self.delay, self.reason = final, delay, reason
 
 
 def _classify(response: httpx2.Response, job: FetchJob, endpoint: str) -> Exception:
@@ -370,9 +460,11 @@ def _classify(response: httpx2.Response, job: FetchJob, endpoint: str) -> Except
         )
     error = hub_error(status, code, kind=job.kind, repo_id=job.repo_id, endpoint=endpoint,
                       attempts=MAX_ATTEMPTS, about=job.path)
+    error.subject = job.label
     if is_transient(status):
         retry_after = response.headers.get("Retry-After")
-        return _Retryable(error, delay=retry_delay(1, retry_after) if retry_after else None)
+        return _Retryable(error, delay=retry_delay(1, retry_after) if retry_after else None,
+                          reason="status")
     return error
 
 
@@ -382,8 +474,56 @@ def _origin(url: str) -> tuple[str, str, int]:
     return parts.scheme, (parts.hostname or "").lower(), parts.port or default
 
 
-def _unreachable(endpoint: str, job: FetchJob, e: Exception) -> _Retryable:
-    return _Retryable(HubUnreachableError(
-        f"cannot reach {endpoint} for {job.label}: {e}", repo=job.repo_id,
-        hint="Check the network, or the endpoint (--endpoint / HF_ENDPOINT).",
-    ))
+def _transport_failure(
+    endpoint: str, job: FetchJob, e: Exception, timeout: float
+) -> _Retryable:
+    import httpx2
+
+    if isinstance(e, httpx2.ReadTimeout | httpx2.WriteTimeout):
+        return _stalled(job, timeout)
+    if isinstance(e, httpx2.ConnectError | httpx2.ConnectTimeout):
+        cause = f"cannot connect to {endpoint}: {redact(str(e)) or type(e).__name__}"
+        error = HubUnreachableError(f"{job.label}: {cause}", repo=job.repo_id,
+                                    hint=_NETWORK_HINT)
+        error.cause, error.subject = cause, job.label
+        return _Retryable(error, reason="unreachable")
+    error = HubUnreachableError(
+        f"{job.label}: the connection to {endpoint} failed: "
+        f"{redact(str(e)) or type(e).__name__}", repo=job.repo_id, hint=_NETWORK_HINT)
+    error.subject = job.label
+    return _Retryable(error)
+
+
+def _stalled(job: FetchJob, timeout: float) -> _Retryable:
+    cause = f"no data for {timeout:g}s (stalled), twice"
+    error = HubUnreachableError(
+        f"{job.label}: {cause}", repo=job.repo_id,
+        hint="The server stopped sending. Retry later; on a slow link raise --timeout.")
+    error.cause, error.subject = cause, job.label
+    return _Retryable(error, reason="stall")
+
+
+_STATUS = re.compile(r"\b([45]\d\d)\b")
+
+
+def _worker_failure(job: FetchJob, detail: str) -> Exception:
+    """What an hf_transfer failure means, from its message (it raises plain Exceptions):
+    a full disk is this machine's problem (exit 6, not worth a retry); an HTTP status or a
+    cut connection is worth another attempt. URLs lose their query strings (signed)."""
+    detail = redact(detail)
+    if "No space left on device" in detail or "os error 28" in detail:
+        error: WlockError = LocalError(
+            f"{job.label}: not enough space to write {job.temp.parent}: No space left on "
+            "device", hint="Free some space, or point --cache-dir (or HF_HOME) at a larger "
+            "volume.")
+        error.subject = job.label
+        return error
+    status = _STATUS.search(detail)
+    cause = (f"the download server answered {status.group(1)}" if status
+             else f"the download failed: {detail}")
+    hub = HubUnreachableError(f"{job.label}: {cause}", repo=job.repo_id,
+                              hint="Retry; check the network and the endpoint.")
+    hub.subject = job.label
+    if status:
+        hub.cause = cause
+    return _Retryable(hub, reason="status" if status else "transient")

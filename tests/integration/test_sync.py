@@ -209,7 +209,8 @@ def test_gated_repo_with_and_without_token(hub: Hub, tmp_path: Path) -> None:
     assert refused.code == 5
     assert refused.stderr.startswith(
         "error: 2 files failed:\n"
-        "  model acme/gated-llama is gated and the request was refused (401)\n"
+        "  model acme/gated-llama is gated and the request was refused (401): 2 files "
+        "(acme/gated-llama/config.json, acme/gated-llama/model.safetensors)\n"
     )
     assert "hint: Accept its terms on the Hub, then set HF_TOKEN" in refused.stderr
     wrong = sync(hub, project, cache, "--token", "hf_not_granted")

@@ -20,7 +20,7 @@ from wlock.cli.lock_cmd import lock
 from wlock.cli.manifest_cmds import add, init, remove
 from wlock.cli.run_cmd import run
 from wlock.cli.sync_cmd import sync
-from wlock.errors import ExitCode, WlockError
+from wlock.errors import ExitCode, WlockError, redact
 
 
 @click.group(
@@ -72,9 +72,9 @@ def main(argv: list[str] | None = None) -> None:
             import traceback
 
             traceback.print_exc()
-        click.echo(f"error: {e.message}", err=True)
+        click.echo(f"error: {redact(e.message)}", err=True)
         if e.hint:
-            click.echo(f"hint: {e.hint}", err=True)
+            click.echo(f"hint: {redact(e.hint)}", err=True)
         sys.exit(int(e.exit_code))
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)

@@ -20,10 +20,13 @@ from wlock.units import human_size
               help="Move only this entry's pin (repeatable).")
 @click.option("--jobs", "-j", type=click.IntRange(1, 128), default=16, show_default=True,
               help="Repos resolved at once.")
+@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30, show_default=True,
+              metavar="SECONDS",
+              help="Give up on a Hub request that answers nothing for this long (tried twice).")
 @common_options
 def lock(
     check: bool, dry_run: bool, upgrade: bool, upgrade_package: tuple[str, ...], jobs: int,
-    settings: Settings,
+    timeout: float, settings: Settings,
 ) -> None:
     """Pin every entry of weights.toml to a commit, and every file to its size and hash.
 
@@ -45,6 +48,7 @@ def lock(
     result = lock_project(
         project, endpoint=settings.endpoint, token=settings.token, check=check,
         dry_run=dry_run, upgrade=upgrade, upgrade_packages=upgrade_package, jobs=jobs,
+        timeout=timeout,
     )
     elapsed = time.monotonic() - started
     for old, new in result.renamed:

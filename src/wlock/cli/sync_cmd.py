@@ -22,9 +22,14 @@ from wlock.units import human_size
               help="Files downloaded at once (large files each use several connections).")
 @click.option("--connections", type=click.IntRange(1, 256), default=8, show_default=True,
               help="HTTP connections shared by the large files in flight (hf_transfer ranges).")
+@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30, show_default=True,
+              metavar="SECONDS",
+              help="Cancel and retry (once) a transfer that receives nothing for this long; "
+              "a stalled server ends the sync within about twice this.")
 @common_options
 def sync(
-    locked: bool, frozen: bool, dry_run: bool, jobs: int, connections: int, settings: Settings
+    locked: bool, frozen: bool, dry_run: bool, jobs: int, connections: int, timeout: float,
+    settings: Settings,
 ) -> None:
     """Materialize exactly the locked files into the Hugging Face cache.
 
@@ -80,7 +85,7 @@ def sync(
     try:
         result = execute_plan(
             plan, endpoint=settings.endpoint, token=_token(settings), jobs=jobs,
-            connections=connections,
+            connections=connections, timeout=timeout,
             on_start=progress.start, on_bytes=progress.advance, on_done=progress.done,
         )
     finally:

@@ -6,7 +6,8 @@
                 "action": "status", "status": 429, "retry_after": 1}]}
 
 Actions: `status` (with `status`, optional `error_code`, `retry_after`), `truncate` (send
-`bytes` of the body, then drop the connection), `corrupt` (flip one byte of the body),
+`bytes` of the body, then drop the connection), `stall` (send `bytes`, then hold the
+connection silent for `seconds`, default 600), `corrupt` (flip one byte of the body),
 `drop` (close the connection without answering), `delay` (`delay_ms`), and
 `inject_file` (add `name` to every file listing of the matched repo: a malicious listing).
 A rule with `times` fires that many times, then stops; without it, it fires forever.
@@ -19,7 +20,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-ACTIONS = frozenset({"status", "truncate", "corrupt", "drop", "delay", "inject_file"})
+ACTIONS = frozenset(
+    {"status", "truncate", "stall", "corrupt", "drop", "delay", "inject_file"}
+)
 
 
 @dataclass

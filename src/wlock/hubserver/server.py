@@ -28,7 +28,7 @@ from wlock.hubserver.faults import Faults
 from wlock.hubserver.store import Commit, Repo, RepoStore, StoredFile
 
 _API_VERBS = frozenset({"revision", "tree", "refs", "paths-info"})
-_BODY_ACTIONS = frozenset({"truncate", "corrupt"})
+_BODY_ACTIONS = frozenset({"truncate", "corrupt", "stall"})
 _EARLY_ACTIONS = frozenset({"status", "drop", "delay"})
 
 
@@ -246,9 +246,13 @@ class _Handler(BaseHTTPRequestHandler):
         with open(path, "rb") as f:
             if rule is None:
                 self.connection.sendfile(f, start, length)
-            elif rule.action == "truncate":
+            elif rule.action in ("truncate", "stall"):
                 cut = min(length, int(rule.params.get("bytes", length // 2)))
                 self.connection.sendfile(f, start, cut)
+                if rule.action == "stall":
+                    # The connection stays open and silent: only a client's own read
+                    # timeout can end the wait.
+                    time.sleep(float(rule.params.get("seconds", 600)))
                 self.close_connection = True
             else:  # corrupt: same length, one byte flipped, so only a hash can tell
                 f.seek(start)

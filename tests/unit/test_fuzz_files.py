@@ -1,0 +1,121 @@
+"""Seeded fuzzing of weights.toml and weights.lock (issue 7): hundreds of mutated files, each
+either read cleanly or refused with InvalidFileError (exit 4) naming a line; never another
+exception (a traceback for the user). A lock that is accepted must also be usable by sync's
+planner and by check without raising.
+
+A seeded mutator rather than a fuzzing library: the same cases run on every machine, and a
+failure names its seed, so it can be replayed with `-k <seed>`.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from wlock.check import check_cache
+from wlock.errors import InvalidFileError
+from wlock.lockfile import read_lock
+from wlock.manifest import read_manifest
+from wlock.sync import plan_sync
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCK_SEED = (ROOT / "weights.lock.example").read_text(encoding="utf-8")
+MANIFEST_SEED = """\
+# a manifest with every key
+[[model]]
+id = "acme/tiny-bert"
+ref = "main"
+include = ["*.json", "onnx/"]
+exclude = ["*.bin"]
+
+[[dataset]]
+id = "acme/tiny-squad"
+ref = "v1.0"
+
+[tool.wlock]
+lint = { exclude = ["tests/"] }
+"""
+
+# Tokens that have broken TOML readers and path handling before: escapes, NUL, traversal,
+# absolute paths, huge and negative numbers, floats, deep nesting, duplicate keys, Unicode.
+TOKENS = [
+    '"../../../x"', '"/etc/passwd"', '"a\\u0000b"', '"\\\\"', "18446744073709551616",
+    "-1", "1e400", "nan", "inf", "true", "[]", "{}", "[" * 400, "{a=" * 300, '"' + "a" * 300 + '"',
+    '"refs/pr/1"', '"ma..in"', '"@{u}"', '"x.lock"', '"a//b"', '"ü/é"', '"\\ud800"',
+    "\n[[model]]\n", "\n[[dataset]]\n", "\nversion = 1\n", '\nid = "x/y"\n', "=", ",",
+    "\n", "#", "'", '"""', "0x10", "1979-05-27", '{ path = "a", size = 1, sha256 = "0" }',
+]
+
+
+def mutate(text: str, rng: random.Random) -> str:
+    for _ in range(rng.randint(1, 3)):
+        lines = text.split("\n")
+        choice = rng.randrange(6)
+        if choice == 0 and text:  # replace a span with a token
+            start = rng.randrange(len(text))
+            text = text[:start] + rng.choice(TOKENS) + text[start + rng.randint(0, 12):]
+        elif choice == 1:  # replace a value after `=`
+            index = rng.randrange(len(lines))
+            key, sep, _ = lines[index].partition("=")
+            if sep:
+                lines[index] = f"{key}= {rng.choice(TOKENS)}"
+            text = "\n".join(lines)
+        elif choice == 2:  # duplicate a line
+            index = rng.randrange(len(lines))
+            lines.insert(index, lines[index])
+            text = "\n".join(lines)
+        elif choice == 3:  # swap two lines
+            a, b = rng.randrange(len(lines)), rng.randrange(len(lines))
+            lines[a], lines[b] = lines[b], lines[a]
+            text = "\n".join(lines)
+        elif choice == 4 and text:  # delete a span
+            start = rng.randrange(len(text))
+            text = text[:start] + text[start + rng.randint(1, 40):]
+        else:  # flip characters
+            chars = list(text)
+            for _ in range(rng.randint(1, 4)):
+                if chars:
+                    chars[rng.randrange(len(chars))] = chr(rng.choice(
+                        [0, 9, 10, 34, 39, 46, 47, 61, 91, 92, 93, 123, 125, 0x7F, 0xE9]))
+            text = "".join(chars)
+    return text
+
+
+def refused_or_read(path: Path, read):  # type: ignore[no-untyped-def]
+    try:
+        return read(path)
+    except InvalidFileError as e:
+        assert e.line is not None, f"no line number: {e}"
+        assert e.exit_code == 4
+        return None
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_fuzzed_locks_are_read_or_refused_with_a_line(seed: int, tmp_path: Path) -> None:
+    path = tmp_path / "weights.lock"
+    path.write_text(mutate(LOCK_SEED, random.Random(seed)), encoding="utf-8")
+    lock = refused_or_read(path, read_lock)
+    if lock is not None:
+        cache = tmp_path / "cache"
+        plan_sync(lock, cache)
+        check_cache(lock, cache, jobs=1)
+        assert not cache.exists() or not any(cache.iterdir())
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_fuzzed_manifests_are_read_or_refused_with_a_line(seed: int, tmp_path: Path) -> None:
+    path = tmp_path / "weights.toml"
+    path.write_text(mutate(MANIFEST_SEED, random.Random(1000 + seed)), encoding="utf-8")
+    refused_or_read(path, read_manifest)
+
+
+def test_the_mutator_mostly_produces_refusals(tmp_path: Path) -> None:
+    """Guard against a mutator that only makes harmless edits: most cases must be refused."""
+    refused = 0
+    for seed in range(100):
+        path = tmp_path / "weights.lock"
+        path.write_text(mutate(LOCK_SEED, random.Random(seed)), encoding="utf-8")
+        refused += refused_or_read(path, read_lock) is None
+    assert refused > 50
