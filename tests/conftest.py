@@ -11,6 +11,7 @@ import itertools
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -97,7 +98,13 @@ def tmpfs(mount: Path, size: str) -> Iterator[Path]:
     try:
         yield mount
     finally:
-        subprocess.run(["umount", str(mount)], check=False)
+        # A killed sync's workers may still hold a file open for a moment after it exits.
+        for _ in range(50):
+            if subprocess.run(["umount", str(mount)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        else:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def read_only(mount: Path) -> None:

@@ -73,7 +73,7 @@ def read_manifest(path: Path) -> Manifest:
             raise InvalidFileError(
                 display,
                 "unknown key",
-                line=locator.top_level(key),
+                line=locator.top_level(key) or 1,
                 key=key,
                 hint="Entries go in [[model]] or [[dataset]] tables.",
             )
@@ -85,7 +85,7 @@ def read_manifest(path: Path) -> Manifest:
             raise InvalidFileError(
                 display,
                 f"must be an array of tables, written [[{kind}]]",
-                line=locator.top_level(kind),
+                line=locator.top_level(kind) or 1,
                 key=kind,
             )
         for index, item in enumerate(raw):
@@ -107,7 +107,7 @@ def read_manifest(path: Path) -> Manifest:
 def _parse_entry(
     display: str, locator: TomlLocator, kind: RepoKind, index: int, item: Any
 ) -> ManifestEntry:
-    header = locator.entry(kind, index)
+    header = locator.best(kind, index)
     if not isinstance(item, dict):
         raise InvalidFileError(display, "each entry must be a table", line=header, key=kind)
 

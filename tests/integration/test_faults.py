@@ -142,7 +142,9 @@ def test_a_full_disk_mid_download_exits_6(hub: Hub, tmp_path: Path, sharded: Pat
             stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60
         while not list(cache.rglob("*.wlock-incomplete")):  # past the free-space preflight
-            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail(f"no download started: {proc.communicate()}")
             time.sleep(0.05)
         with open(mount / "filler", "wb") as filler:  # another program fills the disk
             try:
@@ -151,7 +153,10 @@ def test_a_full_disk_mid_download_exits_6(hub: Hub, tmp_path: Path, sharded: Pat
                     filler.flush()
             except OSError:
                 pass
-        _, err = proc.communicate(timeout=120)
+        try:
+            _, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
         assert proc.returncode == 6, err
         assert "No space left on device" in err
         assert "check the network" not in err.lower()

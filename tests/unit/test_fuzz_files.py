@@ -10,6 +10,7 @@ failure names its seed, so it can be replayed with `-k <seed>`.
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -42,26 +43,28 @@ lint = { exclude = ["tests/"] }
 # absolute paths, huge and negative numbers, floats, deep nesting, duplicate keys, Unicode.
 TOKENS = [
     '"../../../x"', '"/etc/passwd"', '"a\\u0000b"', '"\\\\"', "18446744073709551616",
-    "-1", "1e400", "nan", "inf", "true", "[]", "{}", "[" * 400, "{a=" * 300, '"' + "a" * 300 + '"',
+    "-1", "1e400", "nan", "inf", "true", "[]", "{}", "[" * 5000, "{a=" * 3000, '"' + "a" * 300 + '"',
     '"refs/pr/1"', '"ma..in"', '"@{u}"', '"x.lock"', '"a//b"', '"ü/é"', '"\\ud800"',
     "\n[[model]]\n", "\n[[dataset]]\n", "\nversion = 1\n", '\nid = "x/y"\n', "=", ",",
     "\n", "#", "'", '"""', "0x10", "1979-05-27", '{ path = "a", size = 1, sha256 = "0" }',
 ]
 
 
+_PAIR = re.compile(r'([A-Za-z][\w-]*)\s*=\s*("(?:[^"\\\n]|\\.)*"|[^,}\n]+)')
+
+
 def mutate(text: str, rng: random.Random) -> str:
     for _ in range(rng.randint(1, 3)):
         lines = text.split("\n")
-        choice = rng.randrange(6)
+        choice = rng.choice((0, 1, 1, 1, 2, 3, 4, 5))
         if choice == 0 and text:  # replace a span with a token
             start = rng.randrange(len(text))
             text = text[:start] + rng.choice(TOKENS) + text[start + rng.randint(0, 12):]
-        elif choice == 1:  # replace a value after `=`
-            index = rng.randrange(len(lines))
-            key, sep, _ = lines[index].partition("=")
-            if sep:
-                lines[index] = f"{key}= {rng.choice(TOKENS)}"
-            text = "\n".join(lines)
+        elif choice == 1:  # replace the value of one `key = value`, in a table or inline
+            pairs = list(_PAIR.finditer(text))
+            if pairs:
+                pair = rng.choice(pairs)
+                text = text[:pair.start(2)] + rng.choice(TOKENS) + text[pair.end(2):]
         elif choice == 2:  # duplicate a line
             index = rng.randrange(len(lines))
             lines.insert(index, lines[index])
@@ -119,3 +122,24 @@ def test_the_mutator_mostly_produces_refusals(tmp_path: Path) -> None:
         path.write_text(mutate(LOCK_SEED, random.Random(seed)), encoding="utf-8")
         refused += refused_or_read(path, read_lock) is None
     assert refused > 50
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fuzzed_locks_through_the_command_line_never_show_a_traceback(
+    seed: int, tmp_path: Path
+) -> None:
+    from tests.conftest import run_wlock
+
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "weights.toml").write_text(MANIFEST_SEED, encoding="utf-8")
+    (project / "weights.lock").write_text(mutate(LOCK_SEED, random.Random(seed)),
+                                          encoding="utf-8")
+    cache = str(tmp_path / "cache")
+    for argv in (["sync", "--frozen", "--dry-run", "--cache-dir", cache],
+                 ["check", "--cache-dir", cache], ["lock", "--check"]):
+        result = run_wlock(*argv, cwd=project)
+        assert "Traceback" not in result.stderr, (argv, result.stderr)
+        assert result.code in (0, 1, 3, 4), (argv, result.code, result.stderr)
+        if result.code == 4:
+            assert result.stderr.startswith(f"error: {project}/weights.lock:"), result.stderr
