@@ -187,3 +187,16 @@ def test_download_workers_live_as_long_as_the_sync(hub: Hub, tmp_path: Path, sha
             thread.join()
         assert failures == []
         assert transfer._workers.spawned == 1
+
+
+
+@pytest.mark.parametrize("fault", [{"action": "status", "status": 403}, {"action": "drop"}])
+def test_signed_cdn_urls_never_reach_the_output(
+    hub: Hub, tmp_path: Path, sharded: Path, fault: dict[str, object]
+) -> None:
+    hub.process.faults({**fault, "listener": "cdn", "match": "/"})
+    result, _ = sync(hub, sharded, tmp_path / "cache")
+    assert result.code == 5, result.stderr
+    assert "/objects/" in result.stderr or "answered 403" in result.stderr
+    assert "Signature" not in result.stdout + result.stderr
+    assert "Expires=" not in result.stdout + result.stderr
