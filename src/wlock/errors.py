@@ -120,6 +120,10 @@ class HubUnreachableError(HubError):
     pass
 
 
+class OfflineError(HubError):
+    """The work needs the Hub and offline mode is on (--offline, HF_HUB_OFFLINE=1)."""
+
+
 class UnsafePathError(HubError):
     """The Hub listed a file path that would escape the snapshot folder."""
 

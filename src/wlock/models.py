@@ -103,7 +103,8 @@ class Lock:
 
 @dataclass(frozen=True, slots=True)
 class LockChange:
-    """One line of `wlock lock --dry-run`: a pin that appears, moves or goes away."""
+    """One line of `wlock lock --dry-run`: a pin that appears, moves or goes away, or stays
+    while its files are re-selected (old == new)."""
 
     kind: RepoKind
     id: str
@@ -112,6 +113,8 @@ class LockChange:
     new: str | None
 
     def render(self) -> str:
+        if self.old is not None and self.old == self.new:
+            return f"{self.id}  {self.requested}  {self.old[:7]} (kept; files re-selected)"
         old = self.old[:7] if self.old else "(new)"
         new = self.new[:7] if self.new else "(removed)"
         return f"{self.id}  {self.requested}  {old} -> {new}"

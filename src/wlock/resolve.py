@@ -9,9 +9,10 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
-from wlock.errors import InvalidFileError, UsageError
+from wlock.errors import InvalidFileError, OfflineError, UsageError
 from wlock.hub import DEFAULT_TIMEOUT, HubClient, RemoteSnapshot
 from wlock.lockfile import (
     LOCK_NAME,
@@ -53,20 +54,25 @@ def select_files(
     return kept, unmatched
 
 
-def plan_lock(
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """One entry the lock cannot keep as is, and the revision to list its files at: the
+    locked commit when only its globs changed (a pin moves only on upgrade or a new ref),
+    else the entry's ref."""
+
+    entry: ManifestEntry
+    revision: str
+    why: str  # "new", "ref changed", "files re-selected", "upgrade"
+
+
+def resolutions(
     manifest: Manifest,
     previous: Lock | None,
-    snapshot: Callable[[ManifestEntry], RemoteSnapshot],
     *,
     upgrade: bool = False,
     upgrade_packages: Collection[str] = (),
-    jobs: int = DEFAULT_JOBS,
-) -> LockResult:
-    """The lock the manifest calls for, and how it differs from `previous`; writes nothing.
-
-    `snapshot` is called (concurrently) only for entries whose pin must be made or moved.
-    Raises InvalidFileError (exit 4) for a glob that matches nothing, HubError (exit 5).
-    """
+) -> tuple[dict[tuple[str, str], LockedRepo], list[Resolution]]:
+    """Which entries keep their locked repo as is, and which need the Hub (and at what)."""
     known = {e.id for e in manifest.entries}
     for name in upgrade_packages:
         if name not in known:
@@ -75,21 +81,48 @@ def plan_lock(
                 hint=f"Entries are: {', '.join(sorted(known)) or '(none)'}.",
             )
     kept: dict[tuple[str, str], LockedRepo] = {}
-    to_resolve: list[ManifestEntry] = []
+    to_resolve: list[Resolution] = []
     for entry in manifest.entries:
         old = previous.find(entry.kind, entry.id) if previous else None
-        moving = upgrade or entry.id in upgrade_packages
-        if (old is not None and old.selection == entry.selection and not moving
-                and all(path_selected(f.path, old.include, old.exclude) for f in old.files)):
-            kept[entry.key] = old
+        if old is None:
+            to_resolve.append(Resolution(entry, entry.ref, "new"))
+        elif upgrade or entry.id in upgrade_packages:
+            to_resolve.append(Resolution(entry, entry.ref, "upgrade"))
+        elif old.requested != entry.ref:
+            to_resolve.append(Resolution(entry, entry.ref, "ref changed"))
+        elif old.selection != entry.selection or not all(
+            path_selected(f.path, old.include, old.exclude) for f in old.files
+        ):
+            to_resolve.append(Resolution(entry, old.revision, "files re-selected"))
         else:
-            to_resolve.append(entry)
+            kept[entry.key] = old
+    return kept, to_resolve
 
+
+def plan_lock(
+    manifest: Manifest,
+    previous: Lock | None,
+    snapshot: Callable[[ManifestEntry, str], RemoteSnapshot],
+    *,
+    upgrade: bool = False,
+    upgrade_packages: Collection[str] = (),
+    jobs: int = DEFAULT_JOBS,
+) -> LockResult:
+    """The lock the manifest calls for, and how it differs from `previous`; writes nothing.
+
+    `snapshot(entry, revision)` is called (concurrently) only for entries that need the Hub:
+    at the entry's ref when a pin is made or moved, at the locked commit when only the
+    entry's globs changed. Raises InvalidFileError (exit 4) for a glob that matches nothing,
+    HubError (exit 5).
+    """
+    kept, to_resolve = resolutions(manifest, previous, upgrade=upgrade,
+                                   upgrade_packages=upgrade_packages)
     resolved: dict[tuple[str, str], RemoteSnapshot] = {}
     if to_resolve:
         with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(to_resolve)))) as pool:
-            for entry, snap in zip(to_resolve, pool.map(snapshot, to_resolve), strict=True):
-                resolved[entry.key] = snap
+            snaps = pool.map(lambda r: snapshot(r.entry, r.revision), to_resolve)
+            for item, snap in zip(to_resolve, snaps, strict=True):
+                resolved[item.entry.key] = snap
 
     repos: list[LockedRepo] = []
     renamed: list[tuple[str, str]] = []
@@ -131,7 +164,9 @@ def diff_locks(old: Lock | None, new: Lock) -> tuple[LockChange, ...]:
     order = {kind: n for n, kind in enumerate(REPO_KINDS)}
     for key in sorted(before.keys() | after.keys(), key=lambda k: (order[k[0]], k[1])):
         a, b = before.get(key), after.get(key)
-        if a is not None and b is not None and a.revision == b.revision:
+        if a is not None and b is not None and a.revision == b.revision and (
+            {f.path for f in a.files} == {f.path for f in b.files}
+        ):
             continue
         current = b or a
         assert current is not None
@@ -153,11 +188,14 @@ def lock_project(
     upgrade_packages: Collection[str] = (),
     jobs: int = DEFAULT_JOBS,
     timeout: float = DEFAULT_TIMEOUT,
+    offline: bool = False,
 ) -> LockResult:
     """`wlock lock`: resolve weights.toml into weights.lock.
 
     With `check`, raises LockStaleError (exit 3) unless the lock matches the manifest, and
-    makes no request at all. With `dry_run`, computes the changes and writes nothing.
+    makes no request at all. With `offline`, an unchanged manifest still locks; anything that
+    needs the Hub raises OfflineError (exit 5) naming the entries. With `dry_run`, computes
+    the changes and writes nothing.
     """
     manifest = read_manifest(project / "weights.toml")
     lock_path = project / LOCK_NAME
@@ -173,9 +211,21 @@ def lock_project(
         written = False if dry_run else write_lock(lock_path, previous)
         return LockResult(lock=previous, changes=(), written=written)
 
+    if offline:
+        _, needed = resolutions(manifest, previous, upgrade=upgrade,
+                                upgrade_packages=upgrade_packages)
+        if needed:
+            raise OfflineError(
+                "offline mode is on (--offline or HF_HUB_OFFLINE=1) and these entries need "
+                "the Hub: " + ", ".join(f"{r.entry.id} ({r.why})" for r in needed),
+                hint="Run `wlock lock` with network access; an unchanged weights.toml locks "
+                "offline.",
+            )
+
+    # Constructing the client makes no request; offline, it is never called.
     client = HubClient(endpoint, token, timeout=timeout)
     result = plan_lock(
-        manifest, previous, lambda e: client.snapshot(e.kind, e.id, e.ref),
+        manifest, previous, lambda e, revision: client.snapshot(e.kind, e.id, revision),
         upgrade=upgrade, upgrade_packages=upgrade_packages, jobs=jobs,
     )
     written = False if dry_run else write_lock(lock_path, result.lock)

@@ -30,7 +30,14 @@ from wlock.cache import (
     temp_blob_path,
     write_empty_blob,
 )
-from wlock.errors import CheckFailedError, ExitCode, HubError, LocalError, WlockError
+from wlock.errors import (
+    CheckFailedError,
+    ExitCode,
+    HubError,
+    LocalError,
+    OfflineError,
+    WlockError,
+)
 from wlock.models import Lock, LockedFile, LockedRepo, RepoSyncPlan, SyncPlan, SyncResult
 from wlock.units import human_size
 
@@ -154,6 +161,7 @@ def execute_plan(
     jobs: int = DEFAULT_JOBS,
     connections: int = DEFAULT_CONNECTIONS,
     timeout: float = DEFAULT_TIMEOUT,
+    offline: bool = False,
     on_start: Callable[[str, int], None] | None = None,
     on_bytes: Callable[[str, int], None] | None = None,
     on_done: Callable[[str, int], None] | None = None,
@@ -163,6 +171,8 @@ def execute_plan(
     Raises IntegrityFailure (exit 1) when bytes stay wrong after one retry, HubError (5),
     LocalError (6) when the cache cannot be written; other files still complete first. A
     transfer that receives nothing for `timeout` seconds is cancelled and retried once.
+    With `offline`, nothing is fetched: what only needs links is done, and every missing
+    blob is an OfflineError (exit 5) in the report.
     """
     started = time.monotonic()
     cache_dir = Path(plan.cache_dir)
@@ -181,7 +191,10 @@ def execute_plan(
     failed_blobs: set[tuple[str, str, str]] = set()
     downloads = [(r.repo, f) for r in work for f in r.downloads]
     fetched_bytes = 0
-    if downloads:
+    if downloads and offline:
+        failures, failed_blobs = _offline_failures(downloads)
+        downloads = []
+    elif downloads:
         fetched_bytes, failures, failed_blobs = _download_all(
             downloads, cache_dir, endpoint, token, jobs, connections, timeout, on_start,
             on_bytes, on_done,
@@ -207,6 +220,19 @@ def execute_plan(
         raise SyncFailed(failures)
     return SyncResult(plan=plan, fetched_files=len(downloads), fetched_bytes=fetched_bytes,
                       linked=linked, seconds=time.monotonic() - started)
+
+
+def _offline_failures(
+    downloads: list[tuple[LockedRepo, LockedFile]],
+) -> tuple[list[WlockError], set[tuple[str, str, str]]]:
+    cause = "offline mode is on (--offline or HF_HUB_OFFLINE=1) and these are not in the cache"
+    failures: list[WlockError] = []
+    for repo, f in downloads:
+        error = OfflineError(f"{repo.id}/{f.path} ({human_size(f.size)}): {cause}",
+                             repo=repo.id, hint="Run `wlock sync` with network access.")
+        error.cause, error.subject = cause, f"{repo.id}/{f.path}"
+        failures.append(error)
+    return failures, {(*repo.key, f.etag) for repo, f in downloads}
 
 
 def _download_all(

@@ -35,10 +35,10 @@ class FakeHub:
         self.heads = {"acme/a": C1, "acme/b": C1}
         self.calls: list[str] = []
 
-    def __call__(self, entry: ManifestEntry) -> RemoteSnapshot:
+    def __call__(self, entry: ManifestEntry, revision: str) -> RemoteSnapshot:
         self.calls.append(entry.id)
-        return RemoteSnapshot(kind=entry.kind, hub_id=entry.id,
-                              revision=self.heads[entry.id], files=FILES)
+        commit = revision if len(revision) == 40 else self.heads[entry.id]
+        return RemoteSnapshot(kind=entry.kind, hub_id=entry.id, revision=commit, files=FILES)
 
 
 def manifest(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
@@ -68,11 +68,18 @@ def test_changed_entry_is_re_resolved_and_removed_one_reported(tmp_path: Path) -
     first = plan_lock(manifest(tmp_path, '[[model]]\nid = "acme/a"\n[[model]]\nid = "acme/b"\n'),
                       None, hub).lock
     hub.calls.clear()
+    hub.heads["acme/a"] = C2  # the branch moved on the Hub since the lock was made
     m2 = manifest(tmp_path, '[[model]]\nid = "acme/a"\ninclude = ["*.json"]\n')
     result = plan_lock(m2, first, hub)
     assert hub.calls == ["acme/a"]
     assert [f.path for f in result.lock.repos[0].files] == ["config.json"]
-    assert [c.render() for c in result.changes] == ["acme/b  main  1111111 -> (removed)"]
+    # Only the globs changed: the files are re-selected at the locked commit, the pin stays.
+    assert result.lock.repos[0].revision == C1
+    # A changed ref does move it.
+    m3 = manifest(tmp_path, '[[model]]\nid = "acme/a"\nref = "v2"\ninclude = ["*.json"]\n')
+    assert plan_lock(m3, result.lock, hub).lock.repos[0].revision == C2
+    assert [c.render() for c in result.changes] == [
+        "acme/a  main  1111111 (kept; files re-selected)", "acme/b  main  1111111 -> (removed)"]
 
 
 def test_glob_matching_nothing_names_the_line(tmp_path: Path) -> None:

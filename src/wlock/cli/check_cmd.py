@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import click
 
-from wlock.cli.options import Settings, common_options
+from wlock.cli.options import Settings, common_options, lock_option
 from wlock.errors import ExitCode
 from wlock.units import human_size
 
@@ -15,6 +15,7 @@ from wlock.units import human_size
 @click.command()
 @click.option("--jobs", "-j", type=click.IntRange(1, 256), default=None,
               help="Files hashed at once (default: one per core).")
+@lock_option
 @common_options
 def check(jobs: int | None, settings: Settings) -> None:
     """Re-hash every locked file in the cache and compare it with weights.lock.
@@ -31,9 +32,9 @@ def check(jobs: int | None, settings: Settings) -> None:
     """
     from wlock.check import check_cache
     from wlock.cli.progress import make_progress
-    from wlock.lockfile import LOCK_NAME, read_lock
+    from wlock.lockfile import read_lock
 
-    lock = read_lock(settings.project() / LOCK_NAME)
+    lock = read_lock(settings.lock_path())
     total = sum(r.size for r in lock.repos)
     progress = make_progress("Checking", total, quiet=settings.json)
     try:

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from wlock.cli.options import Settings, common_options
+from wlock.cli.options import Settings, common_options, offline_option
 from wlock.units import human_size
 
 
@@ -23,6 +23,7 @@ from wlock.units import human_size
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30, show_default=True,
               metavar="SECONDS",
               help="Give up on a Hub request that answers nothing for this long (tried twice).")
+@offline_option
 @common_options
 def lock(
     check: bool, dry_run: bool, upgrade: bool, upgrade_package: tuple[str, ...], jobs: int,
@@ -38,6 +39,7 @@ def lock(
       wlock lock --check                  # in CI: is weights.lock up to date?
       wlock lock --upgrade-package acme/tiny-bert --dry-run
       wlock lock --upgrade                # move every pin to its ref's newest commit
+      HF_HUB_OFFLINE=1 wlock lock         # no request: fine while weights.toml is unchanged
     """
     from wlock.resolve import lock_project
 
@@ -48,7 +50,7 @@ def lock(
     result = lock_project(
         project, endpoint=settings.endpoint, token=settings.token, check=check,
         dry_run=dry_run, upgrade=upgrade, upgrade_packages=upgrade_package, jobs=jobs,
-        timeout=timeout,
+        timeout=timeout, offline=settings.offline,
     )
     elapsed = time.monotonic() - started
     for old, new in result.renamed:

@@ -21,6 +21,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
+LOCK_ENV = "WLOCK_LOCK"
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     project_flag: Path | None
@@ -28,6 +31,8 @@ class Settings:
     token: str | None
     cache_dir: Path
     json: bool
+    lock_flag: Path | None = None
+    offline: bool = False
 
     def project(self) -> Path:
         """The project folder: --project, else the nearest folder upward with weights.toml."""
@@ -43,6 +48,34 @@ class Settings:
                 hint="Run `wlock init` to create one, or pass --project DIR.",
             )
         return found
+
+
+    def lock_path(self) -> Path:
+        """The lock to use: --lock, else $WLOCK_LOCK, else the project's weights.lock, where
+        the project is --project or the nearest folder upward holding weights.toml or
+        weights.lock (a deploy image or a CI job may have only the lock)."""
+        from wlock.lockfile import LOCK_NAME
+        from wlock.manifest import MANIFEST_NAME
+
+        if self.lock_flag is not None:
+            return self.lock_flag.resolve()
+        if os.environ.get(LOCK_ENV):
+            return Path(os.environ[LOCK_ENV]).resolve()
+        if self.project_flag is not None:
+            return self.project_flag.resolve() / LOCK_NAME
+        here = Path.cwd().resolve()
+        for folder in (here, *here.parents):
+            if (folder / MANIFEST_NAME).is_file() or (folder / LOCK_NAME).is_file():
+                return folder / LOCK_NAME
+        raise InvalidFileError(
+            LOCK_NAME, f"not found in {here} or any parent directory",
+            hint="Run `wlock lock` in the project, or pass --lock FILE (or set WLOCK_LOCK).",
+        )
+
+
+def offline_from_env() -> bool:
+    """HF_HUB_OFFLINE as huggingface_hub reads it (constants._is_true)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
 
 
 def default_project() -> Path | None:
@@ -63,11 +96,12 @@ def default_cache_dir() -> Path:
 
 
 def common_options(func: F) -> F:
-    """--project, --endpoint, --token, --cache-dir, --json; collected into `settings`."""
+    """--project, --endpoint, --token, --cache-dir, --json; collected into `settings`.
+    Stack `lock_option` / `offline_option` above it for the commands that take them."""
 
     def build(
         project: Path | None, endpoint: str | None, token: str | None, cache_dir: Path | None,
-        as_json: bool,
+        as_json: bool, lock: Path | None, offline: bool,
     ) -> Settings:
         return Settings(
             project_flag=project,
@@ -75,12 +109,15 @@ def common_options(func: F) -> F:
             token=token or os.environ.get("HF_TOKEN") or None,
             cache_dir=cache_dir or default_cache_dir(),
             json=as_json,
+            lock_flag=lock,
+            offline=offline or offline_from_env(),
         )
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         kwargs["settings"] = build(
             kwargs.pop("project"), kwargs.pop("endpoint"), kwargs.pop("token"),
-            kwargs.pop("cache_dir"), kwargs.pop("as_json"),
+            kwargs.pop("cache_dir"), kwargs.pop("as_json"), kwargs.pop("lock", None),
+            kwargs.pop("offline", False),
         )
         return func(*args, **kwargs)
 
@@ -101,3 +138,11 @@ def common_options(func: F) -> F:
     for decorator in reversed(decorators):
         wrapper = decorator(wrapper)
     return wrapper  # type: ignore[return-value]
+
+
+lock_option = click.option(
+    "--lock", type=click.Path(dir_okay=False, path_type=Path),
+    help="The weights.lock to use (default: $WLOCK_LOCK, else the project's).")
+offline_option = click.option(
+    "--offline", is_flag=True,
+    help="Make no network request, as HF_HUB_OFFLINE=1 (which is honoured too).")

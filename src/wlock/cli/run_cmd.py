@@ -7,12 +7,13 @@ import sys
 
 import click
 
-from wlock.cli.options import Settings, common_options
+from wlock.cli.options import Settings, common_options, lock_option
 
 
 @click.command(context_settings={"ignore_unknown_options": True,
                                  "allow_interspersed_args": False})
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- CMD...")
+@lock_option
 @common_options
 def run(command: tuple[str, ...], settings: Settings) -> None:
     """Run CMD with every Hub load served from the locked cache, offline.
@@ -30,12 +31,11 @@ def run(command: tuple[str, ...], settings: Settings) -> None:
       wlock run -- pytest tests/
     """
     from wlock.errors import CheckFailedError, UsageError
-    from wlock.lockfile import LOCK_NAME, read_lock
+    from wlock.lockfile import read_lock
     from wlock.sync import plan_sync
     from wlock.units import human_size
 
-    project = settings.project()
-    lock_path = project / LOCK_NAME
+    lock_path = settings.lock_path()
     lock = read_lock(lock_path)
     plan = plan_sync(lock, settings.cache_dir)
     if not plan.is_noop:

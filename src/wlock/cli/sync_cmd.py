@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from wlock.cli.options import Settings, common_options
+from wlock.cli.options import Settings, common_options, lock_option, offline_option
 from wlock.errors import UsageError
 from wlock.models import SyncPlan
 from wlock.units import human_size
@@ -26,6 +26,8 @@ from wlock.units import human_size
               metavar="SECONDS",
               help="Cancel and retry (once) a transfer that receives nothing for this long; "
               "a stalled server ends the sync within about twice this.")
+@lock_option
+@offline_option
 @common_options
 def sync(
     locked: bool, frozen: bool, dry_run: bool, jobs: int, connections: int, timeout: float,
@@ -43,21 +45,29 @@ def sync(
       wlock sync --locked                # in CI: fail if weights.lock is stale
       wlock sync --dry-run               # what would be fetched, and how many bytes
       wlock sync --cache-dir /nvme/hf --jobs 8
+      wlock sync --frozen --lock /deploy/weights.lock   # a machine with only the lock
+      wlock sync --offline               # link what is present; report what is missing
     """
     from wlock.lockfile import LOCK_NAME, is_fresh, read_lock, stale_error
+    from wlock.manifest import MANIFEST_NAME
     from wlock.sync import execute_plan, plan_sync, preflight
 
     if locked and frozen:
         raise UsageError("--locked and --frozen cannot be used together",
                          hint="--locked checks weights.lock against weights.toml; --frozen "
                          "skips weights.toml.")
-    project = settings.project()
-    lock_path = project / LOCK_NAME
+    lock_path = settings.lock_path()
     lock = read_lock(lock_path)
+    manifest_path = lock_path.parent / MANIFEST_NAME
+    if not frozen and not manifest_path.is_file() and not locked:
+        # A deploy image or a CI job that got only the lock: nothing to compare it with.
+        click.echo(f"note: no {MANIFEST_NAME} beside {lock_path}; syncing the lock as it is "
+                   "(--frozen).", err=True)
+        frozen = True
     if not frozen:
         from wlock.manifest import read_manifest
 
-        manifest = read_manifest(project / "weights.toml")
+        manifest = read_manifest(manifest_path)
         if not is_fresh(manifest, lock):
             error = stale_error(manifest, lock_path, lock, "--locked")
             if locked:
@@ -78,14 +88,15 @@ def sync(
             click.echo(f"Already in sync: {len(plan.repos)} repos, {files} files in "
                        f"{plan.cache_dir}.", err=True)
         return
-    preflight(plan)
+    if not settings.offline:
+        preflight(plan)
     from wlock.cli.progress import make_progress
 
     progress = make_progress("Syncing", plan.bytes_to_fetch, quiet=settings.json)
     try:
         result = execute_plan(
             plan, endpoint=settings.endpoint, token=_token(settings), jobs=jobs,
-            connections=connections, timeout=timeout,
+            connections=connections, timeout=timeout, offline=settings.offline,
             on_start=progress.start, on_bytes=progress.advance, on_done=progress.done,
         )
     finally:

@@ -1,0 +1,121 @@
+"""The core under real use (issue 8): offline mode, machines with only the lock, pins that
+stay put when only globs change. Real command line, real HTTP to the emulator."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from tests.conftest import Hub, run_wlock, write_project
+from wlock.lockfile import read_lock
+
+OFFLINE = {"HF_HUB_OFFLINE": "1"}
+
+
+def locked(hub: Hub, root: Path, manifest: str = '[[model]]\nid = "acme/tiny-bert"\n') -> Path:
+    project = write_project(root / "p", manifest)
+    result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 0, result.stderr
+    return project
+
+
+def requests(hub: Hub) -> int:
+    counts = hub.process.stats()["requests"]
+    return int(counts["hub"] + counts["cdn"])
+
+
+def test_lock_offline_keeps_an_unchanged_lock_and_names_what_needs_the_hub(
+    hub: Hub, tmp_path: Path
+) -> None:
+    project = locked(hub, tmp_path)
+    before = requests(hub)
+    for how in ({"env": OFFLINE}, {"flag": "--offline"}):
+        argv = ["lock", "--endpoint", hub.endpoint, *([how["flag"]] if "flag" in how else [])]
+        same = run_wlock(*argv, cwd=project, env=how.get("env"))  # type: ignore[arg-type]
+        assert same.code == 0, same.stderr
+    (project / "weights.toml").write_text(
+        '[[model]]\nid = "acme/tiny-bert"\n\n[[dataset]]\nid = "acme/tiny-squad"\n')
+    needs = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project, env=OFFLINE)
+    assert needs.code == 5
+    assert needs.stderr == (
+        "error: offline mode is on (--offline or HF_HUB_OFFLINE=1) and these entries need the "
+        "Hub: acme/tiny-squad (new)\nhint: Run `wlock lock` with network access; an unchanged "
+        "weights.toml locks offline.\n")
+    assert requests(hub) == before
+
+
+def test_sync_offline_links_what_is_present_and_reports_what_is_missing(
+    hub: Hub, tmp_path: Path
+) -> None:
+    project = locked(hub, tmp_path)
+    cache = tmp_path / "cache"
+    before = requests(hub)
+    missing = run_wlock("sync", "--offline", "--cache-dir", str(cache), "--endpoint",
+                        hub.endpoint, cwd=project)
+    assert missing.code == 5
+    files = len(read_lock(project / "weights.lock").repos[0].files)
+    assert f"error: {files} files failed:\n  offline mode is on (--offline or HF_HUB_OFFLINE=1) " \
+        f"and these are not in the cache: {files} files (acme/tiny-bert/" in missing.stderr
+    assert requests(hub) == before
+
+    assert run_wlock("sync", "--cache-dir", str(cache), "--endpoint", hub.endpoint,
+                     cwd=project).code == 0
+    shutil.rmtree(next((cache / "models--acme--tiny-bert" / "snapshots").iterdir()))
+    before = requests(hub)
+    relinked = run_wlock("sync", "--cache-dir", str(cache), "--endpoint", hub.endpoint,
+                         cwd=project, env=OFFLINE)
+    assert relinked.code == 0, relinked.stderr
+    assert run_wlock("check", "--cache-dir", str(cache), cwd=project, env=OFFLINE).code == 0
+    assert requests(hub) == before
+
+
+def test_a_folder_with_only_the_lock(hub: Hub, tmp_path: Path) -> None:
+    project = locked(hub, tmp_path)
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    shutil.copy(project / "weights.lock", deploy / "weights.lock")
+    cache = tmp_path / "cache"
+    frozen = run_wlock("sync", "--frozen", "--cache-dir", str(cache), "--endpoint",
+                       hub.endpoint, cwd=deploy)
+    assert frozen.code == 0, frozen.stderr
+    checked = run_wlock("check", "--cache-dir", str(cache), cwd=deploy)
+    assert checked.code == 0, checked.stderr
+    ran = run_wlock("run", "--cache-dir", str(cache), "--", sys.executable, "-c",
+                    "import wlock; print(wlock.revision('acme/tiny-bert'))", cwd=deploy)
+    assert ran.code == 0, ran.stderr
+    assert ran.stdout.strip() == read_lock(deploy / "weights.lock").repos[0].revision
+    plain = run_wlock("sync", "--cache-dir", str(cache), "--endpoint", hub.endpoint, cwd=deploy)
+    assert plain.code == 0 and "note: no weights.toml beside" in plain.stderr
+    # From anywhere, by WLOCK_LOCK or --lock.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    by_env = run_wlock("check", "--cache-dir", str(cache), cwd=elsewhere,
+                       env={"WLOCK_LOCK": str(deploy / "weights.lock")})
+    assert by_env.code == 0, by_env.stderr
+    by_flag = run_wlock("check", "--cache-dir", str(cache), "--lock",
+                        str(deploy / "weights.lock"), cwd=elsewhere)
+    assert by_flag.code == 0, by_flag.stderr
+    nothing = run_wlock("check", "--cache-dir", str(cache), cwd=elsewhere)
+    assert nothing.code == 4 and "weights.lock: not found in" in nothing.stderr
+    assert "--lock FILE (or set WLOCK_LOCK)" in nothing.stderr
+
+
+def test_editing_only_globs_keeps_the_pin(hub: Hub, tmp_path: Path) -> None:
+    repo_id = hub.unique_id("globs")
+    first = hub.builder.commit("model", repo_id, {"config.json": b"{}\n", "a.bin": b"a",
+                                                  "onnx/model.onnx": b"o"})
+    project = locked(hub, tmp_path, f'[[model]]\nid = "{repo_id}"\n')
+    hub.builder.commit("model", repo_id, {"config.json": b'{"v": 2}\n'})  # main moves on
+    assert run_wlock("add", repo_id, "--exclude", "onnx/", cwd=project).code == 0
+    dry = run_wlock("lock", "--dry-run", "--endpoint", hub.endpoint, cwd=project)
+    assert dry.code == 0, dry.stderr
+    assert dry.stdout == f"{repo_id}  main  {first[:7]} (kept; files re-selected)\n"
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    assert repo.revision == first
+    assert [f.path for f in repo.files] == ["a.bin", "config.json"]
+    moved = run_wlock("lock", "--upgrade-package", repo_id, "--endpoint", hub.endpoint,
+                      cwd=project)
+    assert moved.code == 0
+    assert read_lock(project / "weights.lock").repos[0].revision != first
