@@ -25,10 +25,12 @@ def check_cache(
     jobs: int | None = None,
     on_hashed: Callable[[int], None] | None = None,
 ) -> CheckReport:
-    """Verify every locked file: present, linked to its blob, right size, right hash; and
-    every ref. Never raises for a cache problem: each one is a Problem in the report."""
+    """Verify every locked file: present, linked to its blob, right size, right hash. Never
+    raises for a cache problem: each one is a Problem in the report; a ref at another
+    commit is a note."""
     started = time.monotonic()
     problems: list[Problem] = []
+    notes: list[Problem] = []
     to_hash: dict[str, tuple[LockedFile, list[tuple[LockedRepo, LockedFile]]]] = {}
     files = 0
     for repo in lock.repos:
@@ -42,10 +44,13 @@ def check_cache(
             entry = to_hash.setdefault(key, (f, []))
             entry[1].append((repo, f))
         if follows_ref(repo):
+            # The cache may be shared with projects that lock the same branch elsewhere:
+            # a ref at another commit is worth saying, not a failure. `wlock run` gives this
+            # project its own refs (wlock.view).
             ref = read_ref(paths, repo.requested) or "no commit there"
             if ref != repo.revision:
-                problems.append(Problem("wrong-ref", repo.kind, repo.id, f"refs/{repo.requested}",
-                                        repo.revision, ref))
+                notes.append(Problem("wrong-ref", repo.kind, repo.id, f"refs/{repo.requested}",
+                                     repo.revision, ref))
 
     hashed = 0
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
@@ -62,7 +67,7 @@ def check_cache(
     problems.sort(key=lambda p: (p.repo_kind, p.repo_id, p.path))
     return CheckReport(cache_dir=str(cache_dir), repos=len(lock.repos), files=files,
                        bytes_hashed=hashed, problems=tuple(problems),
-                       seconds=time.monotonic() - started)
+                       seconds=time.monotonic() - started, notes=tuple(notes))
 
 
 def _locate(

@@ -154,6 +154,12 @@ class RepoSyncPlan:
     def needs_work(self) -> bool:
         return bool(self.fetch or self.corrupt or self.link or self.ref)
 
+    @property
+    def files_ready(self) -> bool:
+        """Every locked file is in the cache at this commit (the shared ref may point at
+        another project's commit: that is not this project's business)."""
+        return not (self.fetch or self.corrupt or self.link)
+
 
 @dataclass(frozen=True, slots=True)
 class SyncPlan:
@@ -218,6 +224,8 @@ class CheckReport:
     bytes_hashed: int
     problems: tuple[Problem, ...]
     seconds: float
+    # Not failures: a shared ref that another project's sync moved to its own commit.
+    notes: tuple[Problem, ...] = ()
 
     @property
     def ok(self) -> bool:

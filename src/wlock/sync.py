@@ -13,6 +13,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from stat import S_ISREG
 
@@ -78,11 +79,63 @@ class SyncFailed(WlockError):
         self.exit_code = ExitCode.CHECK_FAILED if ExitCode.CHECK_FAILED in codes else min(codes)
 
 
-def plan_sync(lock: Lock, cache_dir: Path) -> SyncPlan:
-    """Compare the lock with the cache using `readlink`/`stat` only; touches nothing."""
-    return SyncPlan(
+def plan_sync(
+    lock: Lock, cache_dir: Path, *, verify: bool = False, jobs: int | None = None,
+    on_hashed: Callable[[int], None] | None = None,
+) -> SyncPlan:
+    """Compare the lock with the cache using `readlink`/`stat` only; touches nothing.
+
+    With `verify`, every blob that looks present is also hashed (as `wlock check` does) and
+    one with wrong bytes is planned as corrupt, so that executing the plan refetches it.
+    """
+    plan = SyncPlan(
         cache_dir=str(cache_dir), repos=tuple(_plan_repo(r, cache_dir) for r in lock.repos)
     )
+    return _verified(plan, jobs, on_hashed) if verify else plan
+
+
+def _verified(
+    plan: SyncPlan, jobs: int | None, on_hashed: Callable[[int], None] | None
+) -> SyncPlan:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from wlock.hashing import hash_file
+
+    blobs: dict[str, LockedFile] = {}
+    for r in plan.repos:
+        paths = RepoPaths.of(Path(plan.cache_dir), r.repo)
+        for f in (*r.present, *r.link):
+            blobs.setdefault(str(paths.blob(f.etag)), f)
+
+    def wrong(item: tuple[str, LockedFile]) -> str | None:
+        path, f = item
+        try:
+            actual = hash_file(Path(path), f.hash_kind)
+        except OSError:
+            return path
+        finally:
+            if on_hashed:
+                on_hashed(f.size)
+        return None if actual == f.etag else path
+
+    ordered = sorted(blobs.items(), key=lambda kv: -kv[1].size)
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
+        bad = {path for path in pool.map(wrong, ordered) if path is not None}
+    if not bad:
+        return plan
+    repos = []
+    for r in plan.repos:
+        paths = RepoPaths.of(Path(plan.cache_dir), r.repo)
+
+        def is_bad(f: LockedFile, paths: RepoPaths = paths) -> bool:
+            return str(paths.blob(f.etag)) in bad
+
+        repos.append(replace(
+            r, corrupt=(*r.corrupt, *(f for f in (*r.present, *r.link) if is_bad(f))),
+            present=tuple(f for f in r.present if not is_bad(f)),
+            link=tuple(f for f in r.link if not is_bad(f)),
+        ))
+    return replace(plan, repos=tuple(repos))
 
 
 def _plan_repo(repo: LockedRepo, cache_dir: Path) -> RepoSyncPlan:

@@ -107,7 +107,8 @@ def test_a_link_planted_in_the_cache_is_never_written_through(
     assert tree_digest(sentinel) == before
 
     checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
-    assert checked.code == 1
+    # With `refs` refused, every file is in place and only the ref is missing: a note.
+    assert checked.code == (0 if planted == "refs" else 1)
     assert "TOPSECRET" not in checked.stdout + checked.stderr
     assert tree_digest(sentinel) == before
 
@@ -129,8 +130,9 @@ def test_a_ref_that_is_a_link_is_neither_read_nor_followed(
     ref.symlink_to(sentinel / "x" / "secret")
     before = tree_digest(sentinel)
     checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
-    assert checked.code == 1
-    assert "wrong ref: model acme/tiny-bert: refs/main" in checked.stdout
+    assert checked.code == 0
+    assert "note: acme/tiny-bert: the shared refs/main points at no commit there" \
+        in checked.stderr
     assert "TOPSECRET" not in checked.stdout + checked.stderr
     assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
                      cwd=project).code == 0

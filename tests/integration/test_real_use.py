@@ -119,3 +119,104 @@ def test_editing_only_globs_keeps_the_pin(hub: Hub, tmp_path: Path) -> None:
                       cwd=project)
     assert moved.code == 0
     assert read_lock(project / "weights.lock").repos[0].revision != first
+
+
+CHILD = """
+import hashlib, sys
+from pathlib import Path
+from huggingface_hub import hf_hub_download, snapshot_download
+repo, other = sys.argv[1], sys.argv[2]
+path = hf_hub_download(repo, "config.json")              # bare name: no revision
+print(Path(path).read_text().strip())
+print(Path(snapshot_download(repo)).name)                # the commit it resolved to
+try:
+    hf_hub_download(other, "config.json")
+    print("unlocked loaded")
+except Exception as e:                                   # LocalEntryNotFoundError
+    print("unlocked refused", type(e).__name__)
+"""
+
+
+def test_two_projects_share_one_cache(hub: Hub, tmp_path: Path) -> None:
+    repo_id = hub.unique_id("shared")
+    first = hub.builder.commit("model", repo_id, {"config.json": b'{"v": 1}\n',
+                                                  "weights.bin": b"w" * 1000})
+    a = locked(hub, tmp_path / "a", f'[[model]]\nid = "{repo_id}"\n')
+    second = hub.builder.commit("model", repo_id, {"config.json": b'{"v": 2}\n'})
+    b = locked(hub, tmp_path / "b", f'[[model]]\nid = "{repo_id}"\n')
+    # A third project put another repo in the same cache: not loadable from A or B.
+    c = locked(hub, tmp_path / "c")
+    cache = tmp_path / "shared-cache"
+    sync_c = run_wlock("sync", "--cache-dir", str(cache), "--endpoint", hub.endpoint, cwd=c)
+    assert sync_c.code == 0
+    (tmp_path / "child.py").write_text(CHILD)
+
+    for order in ((a, b), (b, a)):
+        for project in order:
+            done = run_wlock("sync", "--cache-dir", str(cache), "--endpoint", hub.endpoint,
+                             cwd=project)
+            assert done.code == 0, done.stderr
+        for project, commit, version in ((a, first, 1), (b, second, 2)):
+            checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
+            assert checked.code == 0, checked.stdout + checked.stderr
+            ran = run_wlock("run", "--cache-dir", str(cache), "--", sys.executable,
+                            str(tmp_path / "child.py"), repo_id, "acme/tiny-bert",
+                            cwd=project, env={"HF_ENDPOINT": hub.endpoint})
+            assert ran.code == 0, ran.stderr
+            assert ran.stdout.splitlines() == [
+                f'{{"v": {version}}}', commit, "unlocked refused LocalEntryNotFoundError"]
+    # The last sync (A's) wrote the shared ref: B's check says so, and passes.
+    note = run_wlock("check", "--cache-dir", str(cache), cwd=b)
+    assert note.code == 0
+    assert f"the shared refs/main points at {first[:7]}, not this lock's {second[:7]}" \
+        in note.stderr
+    assert (b / ".wlock" / ".gitignore").read_text().endswith("*\n")
+
+
+def test_a_flipped_byte_is_repaired_and_readers_never_see_a_half_file(
+    hub: Hub, tmp_path: Path
+) -> None:
+    import hashlib
+    import threading
+
+    project = locked(hub, tmp_path)
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--cache-dir", str(cache), "--endpoint", hub.endpoint,
+                     cwd=project).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    weights = next(f for f in repo.files if f.path == "model.safetensors")
+    blob = cache / "models--acme--tiny-bert" / "blobs" / weights.etag
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    blob.write_bytes(bytes(data))
+    bad = hashlib.sha256(data).hexdigest()
+
+    found = run_wlock("check", "--cache-dir", str(cache), cwd=project)
+    assert found.code == 1
+    assert f"wrong bytes: model acme/tiny-bert: model.safetensors: expected sha256 " \
+        f"{weights.etag}, found {bad}" in found.stdout
+    assert found.stderr.endswith("Run `wlock sync --verify` to repair.\n")
+
+    seen: set[str] = set()
+    stop = threading.Event()
+    path = cache / "models--acme--tiny-bert" / "snapshots" / repo.revision / weights.path
+
+    def reader() -> None:
+        while not stop.is_set():
+            seen.add(hashlib.sha256(path.read_bytes()).hexdigest())
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        plain = run_wlock("sync", "--cache-dir", str(cache), "--endpoint", hub.endpoint,
+                          cwd=project)
+        assert plain.code == 0 and "Already in sync" in plain.stderr  # stat cannot tell
+        repaired = run_wlock("sync", "--verify", "--cache-dir", str(cache), "--endpoint",
+                             hub.endpoint, cwd=project)
+        assert repaired.code == 0, repaired.stderr
+    finally:
+        stop.set()
+        thread.join()
+    assert seen <= {bad, weights.etag}, "a reader saw bytes that were neither"
+    assert weights.etag in seen or hashlib.sha256(path.read_bytes()).hexdigest() == weights.etag
+    assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0

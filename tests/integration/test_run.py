@@ -3,6 +3,7 @@ huggingface_hub offline: what is locked works, what is not fails loudly."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,7 +47,10 @@ def test_locked_loads_work_and_unlocked_ones_fail(hub: Hub, synced: tuple[Path, 
     result = run_wlock("run", "--cache-dir", str(cache), "--", sys.executable, "child.py",
                        cwd=project, env={"HF_ENDPOINT": hub.endpoint})
     commit = read_lock(project / "weights.lock").repos[0].revision
-    assert result.stdout.splitlines()[0].startswith(f"locked ok {commit} {cache}/")
+    # Served from the project's view (.wlock/), whose links lead into the shared cache.
+    loaded = result.stdout.splitlines()[0]
+    assert loaded.startswith(f"locked ok {commit} {project}/.wlock/hub-")
+    assert os.path.realpath(loaded.split()[-1]).startswith(f"{cache}/")
     assert result.stdout.splitlines()[1].startswith("unlocked refused: ")
     assert result.code == 3  # the command's own status
     assert hub.process.stats()["requests"] == {"hub": 0, "cdn": 0}
@@ -59,8 +63,8 @@ def test_run_refuses_an_incomplete_cache_and_names_the_sync(hub: Hub, tmp_path: 
     result = run_wlock("run", "--cache-dir", str(cache), "--", "true", cwd=project)
     assert result.code == 1
     assert result.stderr == (
-        f"error: the cache at {cache} does not hold the locked set (acme/tiny-bert: 9 file(s), "
-        "ref main; 329.0 kB to fetch)\n"
+        f"error: the cache at {cache} does not hold the locked set (acme/tiny-bert: 9 file(s); "
+        "329.0 kB to fetch)\n"
         f"hint: Run `wlock sync --cache-dir {cache}` first.\n"
     )
 

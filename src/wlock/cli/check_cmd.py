@@ -20,9 +20,10 @@ from wlock.units import human_size
 def check(jobs: int | None, settings: Settings) -> None:
     """Re-hash every locked file in the cache and compare it with weights.lock.
 
-    Reports each missing file, wrong link, wrong size, wrong bytes and wrong ref, with its
-    repo and path; exits 1 if there is any, 0 when the cache is exactly the lock. Makes no
-    network request.
+    Reports each missing file, wrong link, wrong size and wrong bytes, with its repo and path;
+    exits 1 if there is any, 0 when the cache holds exactly the locked bytes. A branch ref
+    that another project sharing the cache moved is a note, not a failure. Makes no network
+    request. `wlock sync --verify` repairs what it finds.
 
     \b
     Examples:
@@ -48,10 +49,16 @@ def check(jobs: int | None, settings: Settings) -> None:
             "files": report.files, "bytes_hashed": report.bytes_hashed,
             "seconds": round(report.seconds, 3),
             "problems": [asdict(p) for p in report.problems],
+            "notes": [asdict(p) for p in report.notes],
         }, indent=2))
     else:
         for problem in report.problems:
             click.echo(problem.render())
+        for note in report.notes:
+            found = note.actual[:7] if len(note.actual) == 40 else note.actual
+            click.echo(f"note: {note.repo_id}: the shared {note.path} points at {found}, "
+                       f"not this lock's {note.expected[:7]} (another project's sync?); "
+                       "`wlock run` loads this lock's commit regardless.", err=True)
         summary = (f"{report.repos} repos, {report.files} files, "
                    f"{human_size(report.bytes_hashed)} hashed in {report.seconds:.2f}s")
         if report.ok:
@@ -59,6 +66,6 @@ def check(jobs: int | None, settings: Settings) -> None:
                        err=True)
         else:
             click.echo(f"{len(report.problems)} problem(s) in {report.cache_dir} ({summary}). "
-                       "Run `wlock sync` to repair.", err=True)
+                       "Run `wlock sync --verify` to repair.", err=True)
     if not report.ok:
         raise SystemExit(ExitCode.CHECK_FAILED)

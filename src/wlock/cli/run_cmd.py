@@ -20,17 +20,19 @@ def run(command: tuple[str, ...], settings: Settings) -> None:
 
     First checks (sizes and links only, no hashing) that every locked file is in the cache,
     and says which `wlock sync` is needed if not. Then runs CMD with HF_HUB_OFFLINE=1 (and
-    TRANSFORMERS_OFFLINE, HF_DATASETS_OFFLINE), HF_HUB_CACHE set to the cache, and
-    WLOCK_LOCK set to the lock (so `wlock.revision()` finds it): a load of anything that is
-    not in the cache fails loudly instead of fetching whatever the Hub has today. Exits with
-    CMD's own status.
+    TRANSFORMERS_OFFLINE, HF_DATASETS_OFFLINE), WLOCK_LOCK set to the lock (so
+    `wlock.revision()` finds it), and HF_HUB_CACHE set to this project's view of the cache
+    (`.wlock/` beside the lock): its own refs, so a bare-name load gets this lock's commit
+    even when another project moved the shared `refs/main`, and only the locked repos, so a
+    load of anything else fails loudly instead of fetching whatever the Hub has today.
+    Exits with CMD's own status.
 
     \b
     Examples:
       wlock run -- python train.py --epochs 3
       wlock run -- pytest tests/
     """
-    from wlock.errors import CheckFailedError, UsageError
+    from wlock.errors import CheckFailedError, LocalError, UsageError
     from wlock.lockfile import read_lock
     from wlock.sync import plan_sync
     from wlock.units import human_size
@@ -38,23 +40,32 @@ def run(command: tuple[str, ...], settings: Settings) -> None:
     lock_path = settings.lock_path()
     lock = read_lock(lock_path)
     plan = plan_sync(lock, settings.cache_dir)
-    if not plan.is_noop:
-        missing = [r for r in plan.repos if r.needs_work]
-        detail = "; ".join(
-            f"{r.repo.id}: {len(r.downloads) + len(r.link)} file(s)"
-            + (f", ref {r.ref}" if r.ref else "") for r in missing
-        )
+    missing = [r for r in plan.repos if not r.files_ready]
+    if missing:
+        detail = "; ".join(f"{r.repo.id}: {len(r.downloads) + len(r.link)} file(s)"
+                           for r in missing)
         raise CheckFailedError(
             f"the cache at {settings.cache_dir} does not hold the locked set ({detail}; "
             f"{human_size(plan.bytes_to_fetch)} to fetch)",
             hint=f"Run `wlock sync{_cache_flag(settings)}` first.",
         )
+    from wlock.view import build_view, view_location
+
+    view = view_location(lock_path, settings.cache_dir)
+    try:
+        build_view(lock, settings.cache_dir, view)
+    except OSError as e:
+        raise LocalError(f"cannot write the project's view of the cache at {view}: "
+                         f"{e.strerror or e}",
+                         hint="Check that the project folder (or the temp folder) is "
+                         "writable.") from e
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
-        "HF_HUB_CACHE": str(settings.cache_dir),
+        # This project's view: its own refs, only its locked repos (wlock.view).
+        "HF_HUB_CACHE": str(view),
         "WLOCK_LOCK": str(lock_path),
     }
     sys.stdout.flush()

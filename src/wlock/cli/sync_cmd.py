@@ -18,6 +18,8 @@ from wlock.units import human_size
               help="Exit 3 if weights.lock is out of date with weights.toml.")
 @click.option("--frozen", is_flag=True, help="Use weights.lock as is; do not read weights.toml.")
 @click.option("--dry-run", is_flag=True, help="Print the plan with byte counts; change nothing.")
+@click.option("--verify", is_flag=True,
+              help="Also hash what is present, as `wlock check` does, and refetch wrong bytes.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Files downloaded at once (large files each use several connections).")
 @click.option("--connections", type=click.IntRange(1, 256), default=8, show_default=True,
@@ -30,8 +32,8 @@ from wlock.units import human_size
 @offline_option
 @common_options
 def sync(
-    locked: bool, frozen: bool, dry_run: bool, jobs: int, connections: int, timeout: float,
-    settings: Settings,
+    locked: bool, frozen: bool, dry_run: bool, verify: bool, jobs: int, connections: int,
+    timeout: float, settings: Settings,
 ) -> None:
     """Materialize exactly the locked files into the Hugging Face cache.
 
@@ -47,6 +49,7 @@ def sync(
       wlock sync --cache-dir /nvme/hf --jobs 8
       wlock sync --frozen --lock /deploy/weights.lock   # a machine with only the lock
       wlock sync --offline               # link what is present; report what is missing
+      wlock sync --verify                # repair what `wlock check` found
     """
     from wlock.lockfile import LOCK_NAME, is_fresh, read_lock, stale_error
     from wlock.manifest import MANIFEST_NAME
@@ -75,7 +78,18 @@ def sync(
             click.echo(f"warning: {LOCK_NAME} is out of date with weights.toml; syncing the "
                        "lock as it is. Run `wlock lock` to update it.", err=True)
 
-    plan = plan_sync(lock, settings.cache_dir)
+    if verify:
+        from wlock.cli.progress import make_progress
+
+        hashing = make_progress("Verifying", sum(r.size for r in lock.repos),
+                                quiet=settings.json)
+        try:
+            plan = plan_sync(lock, settings.cache_dir, verify=True,
+                             on_hashed=lambda n: hashing.advance("", n))
+        finally:
+            hashing.close()
+    else:
+        plan = plan_sync(lock, settings.cache_dir)
     if dry_run:
         _render_plan(plan, settings.json)
         return
