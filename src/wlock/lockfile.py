@@ -152,18 +152,56 @@ def write_lock(path: Path, lock: Lock) -> bool:
 # -- reading ----------------------------------------------------------------------------------
 
 
-def read_lock(path: Path) -> Lock:
+_MARKER = re.compile(r"^(<{7}|\|{7}|={7}|>{7})(?: |$)", re.MULTILINE)
+REGENERATE = ("weights.lock is generated: restore it from version control (`git checkout -- "
+              "weights.lock`), or delete it and run `wlock lock` to pin every entry anew.")
+
+
+def conflict_sides(text: str) -> tuple[str, str] | None:
+    """The two sides of a file with git conflict markers (diff3's base section dropped), or
+    None when it has none. Lines outside the conflicts belong to both sides."""
+    if not _MARKER.search(text):
+        return None
+    ours: list[str] = []
+    theirs: list[str] = []
+    state = "both"
+    for line in text.splitlines(keepends=True):
+        marker = _MARKER.match(line)
+        if marker:
+            state = {"<": "ours", "|": "base", "=": "theirs", ">": "both"}[marker.group(1)[0]]
+            continue
+        if state in ("both", "ours"):
+            ours.append(line)
+        if state in ("both", "theirs"):
+            theirs.append(line)
+    return "".join(ours), "".join(theirs)
+
+
+def read_lock(path: Path, *, text: str | None = None) -> Lock:
     """Parse and validate weights.lock. Raises InvalidFileError (exit 4) naming line and key.
 
     A lock arrives in pull requests and CI artifacts: every name that becomes a path is
     checked here (wlock.names), and so is anything the writer never produces (duplicates,
-    impossible sizes, a file that is also a folder).
+    impossible sizes, a file that is also a folder). A lock with merge-conflict markers is
+    refused with a hint to let `wlock lock` resolve it. With `text`, reads that instead
+    (one side of a conflict).
     """
     display = str(path)
-    regenerate = ("weights.lock is generated: run `wlock lock` to write it again "
-                  "(delete it first if it cannot be read).")
+    if text is None:
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            raw = None
+        if raw is not None and (marker := _MARKER.search(raw)):
+            raise InvalidFileError(
+                display, "has unresolved merge conflict markers",
+                line=raw.count("\n", 0, marker.start()) + 1,
+                hint="Run `wlock lock`: it reads both sides, keeps every pin they agree on "
+                "and prints each choice.")
+        text = raw
+    regenerate = REGENERATE
     data, locator = read_toml(path, missing="Run `wlock lock` to create it.",
-                              invalid=regenerate)
+                              invalid=regenerate, text=text)
 
     def fail(problem: str, key: str, line: int | None) -> InvalidFileError:
         return InvalidFileError(display, problem, line=line or 1, key=key, hint=regenerate)

@@ -126,6 +126,7 @@ class LockResult:
     changes: tuple[LockChange, ...]
     written: bool
     renamed: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()  # how a merge conflict in weights.lock was resolved
 
 
 @dataclass(frozen=True, slots=True)

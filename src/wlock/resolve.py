@@ -16,6 +16,7 @@ from wlock.errors import InvalidFileError, OfflineError, UsageError
 from wlock.hub import DEFAULT_TIMEOUT, HubClient, RemoteSnapshot
 from wlock.lockfile import (
     LOCK_NAME,
+    conflict_sides,
     glob_pattern,
     is_fresh,
     path_selected,
@@ -199,7 +200,15 @@ def lock_project(
     """
     manifest = read_manifest(project / "weights.toml")
     lock_path = project / LOCK_NAME
-    previous = read_lock(lock_path) if lock_path.exists() else None
+    notes: tuple[str, ...] = ()
+    previous: Lock | None
+    sides = None if check or not lock_path.exists() else conflict_sides(
+        lock_path.read_text(encoding="utf-8", errors="replace"))
+    if sides is not None:
+        ours, theirs = (read_lock(lock_path, text=side) for side in sides)
+        previous, notes = merge_locks(manifest, ours, theirs)
+    else:
+        previous = read_lock(lock_path) if lock_path.exists() else None
     if check:
         if not is_fresh(manifest, previous) or upgrade or upgrade_packages:
             raise stale_error(manifest, lock_path, previous, "--check")
@@ -209,7 +218,7 @@ def lock_project(
         assert previous is not None
         # Nothing to resolve; still rewrite a lock whose bytes are not canonical.
         written = False if dry_run else write_lock(lock_path, previous)
-        return LockResult(lock=previous, changes=(), written=written)
+        return LockResult(lock=previous, changes=(), written=written, notes=notes)
 
     if offline:
         _, needed = resolutions(manifest, previous, upgrade=upgrade,
@@ -229,6 +238,37 @@ def lock_project(
         upgrade=upgrade, upgrade_packages=upgrade_packages, jobs=jobs,
     )
     written = False if dry_run else write_lock(lock_path, result.lock)
+    # After a merge conflict, what moved is told against our side, the user's branch.
+    changes = diff_locks(ours, result.lock) if sides is not None else result.changes
     return LockResult(
-        lock=result.lock, changes=result.changes, written=written, renamed=result.renamed
+        lock=result.lock, changes=changes, written=written, renamed=result.renamed,
+        notes=notes,
     )
+
+
+def merge_locks(manifest: Manifest, ours: Lock, theirs: Lock) -> tuple[Lock, tuple[str, ...]]:
+    """The lock to start from when weights.lock holds a merge conflict (as npm resolves
+    package-lock.json): per entry of the merged weights.toml, the pin of the side(s) whose
+    entry matches it when they agree; nothing when the two sides pin different commits (the
+    entry is then resolved anew, and the note says so). Returns the lock and one note per
+    entry, for the user to read."""
+    repos: list[LockedRepo] = []
+    notes: list[str] = []
+    for entry in manifest.entries:
+        sides = {"ours": ours.find(*entry.key), "theirs": theirs.find(*entry.key)}
+        fits = {name: r for name, r in sides.items()
+                if r is not None and r.selection == entry.selection}
+        revisions = sorted({r.revision for r in fits.values()})
+        if len(revisions) == 1:
+            name, chosen = next(iter(fits.items()))
+            why = ("both sides agree" if len(fits) == 2
+                   else f"only {name} locks it as weights.toml asks")
+            notes.append(f"{entry.id}: kept {chosen.revision[:7]} ({why})")
+            repos.append(chosen)
+        elif len(revisions) == 2:
+            notes.append(f"{entry.id}: the two sides pin {fits['ours'].revision[:7]} (ours) and "
+                         f"{fits['theirs'].revision[:7]} (theirs); resolving {entry.ref!r} on "
+                         "the Hub again, which may move it to the current head")
+        else:
+            notes.append(f"{entry.id}: neither side locks it as weights.toml asks; resolving it")
+    return Lock(manifest_digest=ours.manifest_digest, repos=tuple(repos)), tuple(notes)

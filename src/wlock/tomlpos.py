@@ -11,16 +11,18 @@ from wlock.errors import InvalidFileError
 
 
 def read_toml(
-    path: Path, *, missing: str, invalid: str | None = None
+    path: Path, *, missing: str, invalid: str | None = None, text: str | None = None
 ) -> tuple[dict[str, Any], TomlLocator]:
     """Parse a TOML file for validation: its data and a locator for its keys' lines.
 
     Raises InvalidFileError (exit 4) with `missing` as the hint when the file does not exist,
-    and with `invalid` when it is not UTF-8 TOML.
+    and with `invalid` when it is not UTF-8 TOML. With `text`, parses that instead of the
+    file's content (one side of a merge conflict), still naming `path`.
     """
     display = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        if text is None:
+            text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InvalidFileError(display, "not found", hint=missing) from None
     except UnicodeDecodeError as e:

@@ -4,6 +4,7 @@ stay put when only globs change. Real command line, real HTTP to the emulator.""
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -220,3 +221,59 @@ def test_a_flipped_byte_is_repaired_and_readers_never_see_a_half_file(
     assert seen <= {bad, weights.etag}, "a reader saw bytes that were neither"
     assert weights.etag in seen or hashlib.sha256(path.read_bytes()).hexdigest() == weights.etag
     assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
+
+
+def git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          cwd=cwd, capture_output=True, text=True)
+
+
+def test_a_merge_conflict_in_the_lock_is_resolved_without_moving_pins_silently(
+    hub: Hub, tmp_path: Path
+) -> None:
+    stay, moved, added = (hub.unique_id(n) for n in ("stay", "moved", "added"))
+    for repo_id in (stay, moved, added):  # distinct bytes: distinct commit ids
+        hub.builder.commit("model", repo_id, {"config.json": repo_id.encode()})
+    project = locked(hub, tmp_path, f'[[model]]\nid = "{stay}"\n\n[[model]]\nid = "{moved}"\n')
+    before = read_lock(project / "weights.lock")
+    git(project, "init", "-q", "-b", "main")
+    git(project, "add", ".")
+    git(project, "commit", "-qm", "base")
+    # Both heads move on the Hub; each branch re-locks something different.
+    for repo_id in (stay, moved):
+        hub.builder.commit("model", repo_id, {"config.json": f"{repo_id} v2".encode()})
+    git(project, "checkout", "-qb", "upgrade")
+    assert run_wlock("lock", "--upgrade-package", moved, "--endpoint", hub.endpoint,
+                     cwd=project).code == 0
+    git(project, "commit", "-qam", "upgrade moved")
+    git(project, "checkout", "-q", "main")
+    head = hub.builder.commit("model", moved, {"config.json": f"{moved} v3".encode()})
+    assert run_wlock("add", added, cwd=project).code == 0
+    assert run_wlock("lock", "--upgrade-package", moved, "--endpoint", hub.endpoint,
+                     cwd=project).code == 0
+    git(project, "commit", "-qam", "add one")
+    merge = git(project, "merge", "upgrade")
+    assert merge.returncode != 0 and "weights.lock" in merge.stdout
+    assert "<<<<<<<" in (project / "weights.lock").read_text()
+
+    refused = run_wlock("check", "--cache-dir", str(tmp_path / "c"), cwd=project)
+    assert refused.code == 4 and "has unresolved merge conflict markers" in refused.stderr
+    assert "hint: Run `wlock lock`" in refused.stderr
+
+    resolved = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert resolved.code == 0, resolved.stderr
+    after = {r.id: r.revision for r in read_lock(project / "weights.lock").repos}
+    old = {r.id: r.revision for r in before.repos}
+    # stay: both sides agree on the old pin, although the Hub's head moved on.
+    assert after[stay] == old[stay]
+    assert f"merge: {stay}: kept {old[stay][:7]} (both sides agree)" in resolved.stderr
+    # moved: the sides differ; it is resolved again and the note says so.
+    assert (f"merge: {moved}: the two sides pin {head[:7]} (ours) and ") in resolved.stderr
+    assert "; resolving 'main' on the Hub again, which may move it to the current head" \
+        in resolved.stderr
+    assert after[moved] == head
+    # added: kept as locked (outside the conflict, both sides carry it).
+    assert f"merge: {added}: kept {after[added][:7]} (" in resolved.stderr
+    # Changes are shown against our side of the merge: here, nothing moved.
+    assert resolved.stdout == ""
+    assert run_wlock("lock", "--check", cwd=project).code == 0

@@ -31,7 +31,9 @@ def lock(
 ) -> None:
     """Pin every entry of weights.toml to a commit, and every file to its size and hash.
 
-    Existing pins are kept while their entry is unchanged; no weights are downloaded.
+    Existing pins are kept while their entry is unchanged; no weights are downloaded. A
+    weights.lock with git merge-conflict markers is resolved: every pin both sides agree on
+    (or only one side has) is kept, and each choice is printed.
 
     \b
     Examples:
@@ -53,6 +55,8 @@ def lock(
         timeout=timeout, offline=settings.offline,
     )
     elapsed = time.monotonic() - started
+    for note in result.notes:
+        click.echo(f"merge: {note}", err=True)
     for old, new in result.renamed:
         click.echo(f"warning: {old} was renamed to {new} on the Hub; "
                    f"consider updating weights.toml", err=True)
@@ -60,6 +64,7 @@ def lock(
         click.echo(json.dumps({
             "lock": str(project / "weights.lock"),
             "written": result.written,
+            "merge": list(result.notes),
             "changes": [
                 {"kind": c.kind, "id": c.id, "requested": c.requested, "old": c.old, "new": c.new}
                 for c in result.changes
