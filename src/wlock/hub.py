@@ -105,8 +105,9 @@ class HubClient:
         )
 
     def _with_retries(self, kind: RepoKind, repo_id: str, ref: str, call: Callable[[], T]) -> T:
-        import httpx2
         from huggingface_hub.errors import HfHubHTTPError
+
+        transport, timeouts = _transport_errors()
 
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
@@ -116,12 +117,12 @@ class HubClient:
                 if not is_transient(status) or attempt == MAX_ATTEMPTS:
                     raise self._translate(e, kind, repo_id, ref) from None
                 self._sleep(retry_delay(attempt, e.response.headers.get("Retry-After")))
-            except httpx2.TransportError as e:
+            except transport as e:
                 # huggingface_hub lets its transport's errors through (connect, read, timeout).
                 # A dropped connection is worth a few quick retries; a refused one rarely
                 # heals within seconds, so these stop sooner than 429s and 5xx; a timeout
                 # costs `timeout` seconds each, so it is tried twice only.
-                timed_out = isinstance(e, httpx2.TimeoutException)
+                timed_out = isinstance(e, timeouts)
                 if attempt >= (MAX_TIMEOUT_ATTEMPTS if timed_out else MAX_TRANSPORT_ATTEMPTS):
                     what = (f"no answer within {self.timeout:g}s, {attempt} times" if timed_out
                             else redact(str(e)) or type(e).__name__)
@@ -153,6 +154,29 @@ class HubClient:
             )
         return hub_error(status, code, kind=kind, repo_id=repo_id, endpoint=self.endpoint,
                          attempts=MAX_ATTEMPTS)
+
+
+def _transport_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ...]]:
+    """The exceptions huggingface_hub's HTTP stack raises for a failed connection, and those
+    of them that are timeouts: httpx2's from 1.0 on, requests' before (0.3x, the releases
+    transformers 4.x requires). Both are accepted, whichever is installed."""
+    transport: list[type[Exception]] = []
+    timeouts: list[type[Exception]] = []
+    try:
+        import httpx2
+
+        transport.append(httpx2.TransportError)
+        timeouts.append(httpx2.TimeoutException)
+    except ImportError:  # pragma: no cover - httpx2 is a dependency of ours
+        pass
+    try:
+        import requests
+
+        transport.append(requests.exceptions.RequestException)
+        timeouts.append(requests.exceptions.Timeout)
+    except ImportError:
+        pass
+    return tuple(transport), tuple(timeouts)
 
 
 def files_from_siblings(repo_id: str, siblings: Iterable[Any]) -> tuple[LockedFile, ...]:

@@ -150,7 +150,9 @@ def test_errors_raise_the_clients_own_classes(hub: Hub, tmp_path: Path) -> None:
         api.model_info("acme/does-not-exist")
     with pytest.raises(hf_errors.RevisionNotFoundError):
         api.model_info("acme/tiny-bert", revision="no-such-branch")
-    with pytest.raises(hf_errors.RemoteEntryNotFoundError):
+    # RemoteEntryNotFoundError since huggingface_hub 1.0; EntryNotFoundError in 0.3x.
+    missing = getattr(hf_errors, "RemoteEntryNotFoundError", hf_errors.EntryNotFoundError)
+    with pytest.raises(missing):
         hf_hub_download("acme/tiny-bert", "nope.json", endpoint=hub.endpoint, cache_dir=tmp_path)
     with pytest.raises(hf_errors.GatedRepoError):
         hf_hub_download("acme/gated-llama", "config.json", endpoint=hub.endpoint,

@@ -277,3 +277,35 @@ def test_a_merge_conflict_in_the_lock_is_resolved_without_moving_pins_silently(
     # Changes are shown against our side of the merge: here, nothing moved.
     assert resolved.stdout == ""
     assert run_wlock("lock", "--check", cwd=project).code == 0
+
+
+def test_transformers_loads_this_projects_commit_by_bare_name(hub: Hub, tmp_path: Path) -> None:
+    """Where transformers is installed (CI's compatibility job: transformers 4.x on
+    huggingface_hub 0.3x), a bare-name from_pretrained under `wlock run` gets the lock's
+    commit though the shared refs/main says otherwise."""
+    import pytest
+
+    pytest.importorskip("transformers")
+    project = locked(hub, tmp_path, '[[model]]\nid = "acme/tiny-bert"\nref = "v1.0"\n'
+                     'include = ["config.json"]\n')
+    lock_file = project / "weights.lock"
+    # Pin it under `main` as another project would, at the tag's older commit.
+    lock_file.write_text(lock_file.read_text().replace('requested = "v1.0"',
+                                                       'requested = "main"'))
+    (project / "weights.toml").write_text('[[model]]\nid = "acme/tiny-bert"\n'
+                                          'include = ["config.json"]\n')
+    cache = tmp_path / "cache"
+    other = locked(hub, tmp_path / "other", '[[model]]\nid = "acme/tiny-bert"\n'
+                   'include = ["config.json"]\n')
+    for p in (project, other):  # the other project's sync moves the shared refs/main last
+        assert run_wlock("sync", "--frozen", "--cache-dir", str(cache), "--endpoint",
+                         hub.endpoint, cwd=p).code == 0
+    code = ("from pathlib import Path\n"
+            "from transformers import AutoConfig\n"
+            "from transformers.utils import cached_file\n"
+            "c = AutoConfig.from_pretrained('acme/tiny-bert')\n"
+            "print(c.model_type, Path(cached_file('acme/tiny-bert', 'config.json')).parent.name)\n")
+    ran = run_wlock("run", "--cache-dir", str(cache), "--", sys.executable, "-c", code,
+                    cwd=project)
+    assert ran.code == 0, ran.stderr
+    assert ran.stdout.split() == ["bert", read_lock(lock_file).repos[0].revision]
