@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -77,11 +78,18 @@ class Result:
     stderr: str
 
 
+def default_sigint() -> None:
+    """For child processes: SIGINT at its default, as a terminal gives it. pytest started as
+    a background job of a non-interactive shell has it ignored, and a child would inherit
+    that (and a Ctrl-C test would then test nothing)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_wlock(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> Result:
     """The real command line, in a child process, as a user or CI would run it."""
     proc = subprocess.run(
         [sys.executable, "-m", "wlock", *args], cwd=cwd, capture_output=True, text=True,
-        env={**os.environ, **(env or {})}, timeout=120,
+        env={**os.environ, **(env or {})}, timeout=120, preexec_fn=default_sigint,
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
 

@@ -92,7 +92,10 @@ class Transfer:
         self, endpoint: str, token: str | None, *, jobs: int, connections: int = 8,
         timeout: float = DEFAULT_TIMEOUT,
         on_bytes: Callable[[FetchJob, int], None] | None = None,
+        wait: Callable[[float], object] | None = None,
     ) -> None:
+        """`wait(seconds)` sleeps between attempts (default: a sleep that abort() cuts
+        short); tests pass their own to see what was waited."""
         import httpx2
 
         self.endpoint = endpoint.rstrip("/")
@@ -120,6 +123,7 @@ class Transfer:
         # It starts no process until a large file needs one.
         self._workers = _WorkerPool(jobs)
         self._aborted = threading.Event()
+        self._wait = wait or self._aborted.wait
 
     def close(self) -> None:
         self._http.close()
@@ -175,7 +179,7 @@ class Transfer:
                     if e.reason == "unreachable":
                         self._down = e.final.cause
                     raise e.final from None
-                self._aborted.wait(e.delay if e.delay is not None else retry_delay(attempt, None))
+                self._wait(e.delay if e.delay is not None else retry_delay(attempt, None))
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
                     job.temp.unlink()

@@ -21,9 +21,10 @@ from huggingface_hub import hf_hub_download
 commit = wlock.revision("acme/tiny-bert")
 path = hf_hub_download("acme/tiny-bert", "config.json", revision=commit)
 print("locked ok", commit, path)
+from huggingface_hub.errors import LocalEntryNotFoundError
 try:
     hf_hub_download("acme/gated-llama", "config.json")
-except Exception as e:
+except LocalEntryNotFoundError as e:  # offline and not in the cache: nothing else counts
     print("unlocked refused:", type(e).__name__)
     sys.exit(3)
 print("unlocked loaded?!")

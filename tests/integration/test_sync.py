@@ -15,7 +15,15 @@ import pytest
 from huggingface_hub import hf_hub_download, scan_cache_dir, snapshot_download
 from huggingface_hub.errors import LocalEntryNotFoundError
 
-from tests.conftest import GATED_TOKEN, Hub, read_only, run_wlock, tmpfs, write_project
+from tests.conftest import (
+    GATED_TOKEN,
+    Hub,
+    default_sigint,
+    read_only,
+    run_wlock,
+    tmpfs,
+    write_project,
+)
 from wlock.lockfile import read_lock
 
 BIG = 24 * 1024 * 1024  # above transfer.LARGE_FILE: goes through hf_transfer
@@ -159,10 +167,19 @@ def test_a_bad_body_is_refused_then_retried(hub: Hub, tmp_path: Path, big_repo: 
     project = write_project(tmp_path / "p", f'[[model]]\nid = "{big_repo}"\n')
     lock(hub, project)
     cache = tmp_path / "cache"
-    hub.process.faults({"action": fault, "match": "/objects/|/resolve-cache/", "times": 1,
-                        "bytes": 1000})
+    hub.process.reset_stats()
+    assert sync(hub, project, tmp_path / "no-fault").code == 0
+    without = hub.process.stats()["requests"]
+    # On the small file's body (14 bytes; cut after 5): a rule that matched the shards'
+    # one-byte probe range could fire without any effect.
+    hub.process.faults({"action": fault, "match": "/resolve-cache/.*config.json", "times": 1,
+                        "bytes": 5})
+    hub.process.reset_stats()
     result = sync(hub, project, cache)
     assert result.code == 0, result.stderr
+    with_fault = hub.process.stats()["requests"]
+    # The fault fired and was answered by a retry: more requests than a clean sync made.
+    assert with_fault["hub"] + with_fault["cdn"] > without["hub"] + without["cdn"]
     assert check(project, cache).code == 0
 
 
@@ -249,7 +266,7 @@ def slow_sync_writing_a_shard(
     proc = subprocess.Popen(
         [sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint, "--cache-dir",
          str(cache)], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=default_sigint,
     )
     shards = tuple(f".{f.etag}." for f in read_lock(project / "weights.lock").repos[0].files
                    if f.size >= BIG // 2)

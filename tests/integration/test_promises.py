@@ -1,0 +1,145 @@
+"""Promises the README makes that a plausible code change could break silently (issue 15):
+each test here was seen failing against a deliberately broken build (see the closing note
+of issue 15), and fails deterministically, without races."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from pathlib import Path
+
+from tests.conftest import Hub, run_wlock, write_project
+from tests.integration.test_sync import BIG, check, lock, slow_sync_writing_a_shard, sync
+from wlock.cache import RepoPaths, clean_stale_temps
+from wlock.hub import HubClient
+from wlock.lockfile import read_lock
+from wlock.transfer import FetchJob, Transfer
+
+
+def big(hub: Hub) -> str:
+    repo_id = hub.unique_id("promise")
+    hub.builder.commit("model", repo_id, {
+        "model.safetensors": os.urandom(BIG), "config.json": b"{}\n", "empty.txt": b"",
+    })
+    return repo_id
+
+
+def test_a_refused_download_never_touches_a_good_blob_another_writer_published(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Verify, then publish: a download that turns out corrupt is removed from its temp
+    name; had it been published first, it would replace (then delete) the good blob that a
+    concurrent writer put under the same name."""
+    repo_id = big(hub)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    reference = tmp_path / "reference"
+    assert sync(hub, project, reference).code == 0
+    shard = next(f for f in read_lock(project / "weights.lock").repos[0].files
+                 if f.size == BIG)
+    good = reference / f"models--{repo_id.replace('/', '--')}" / "blobs" / shard.etag
+
+    cache = tmp_path / "cache"
+    hub.process.faults({"action": "corrupt", "listener": "cdn", "match": "/objects/"})
+    proc = slow_sync_writing_a_shard(hub, project, cache, delay_ms=1500)
+    hub.process.faults({"action": "corrupt", "listener": "cdn", "match": "/objects/"},
+                       {"action": "delay", "listener": "cdn", "match": "/objects/",
+                        "delay_ms": 1500})
+    blob = cache / f"models--{repo_id.replace('/', '--')}" / "blobs" / shard.etag
+    shutil.copy(good, blob)  # another node finished the same blob meanwhile
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "downloaded bytes do not match the lock" in err
+    assert hashlib.sha256(blob.read_bytes()).hexdigest() == shard.etag
+
+
+def test_zero_byte_files_are_written_not_fetched(hub: Hub, tmp_path: Path) -> None:
+    repo_id = big(hub)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    hub.process.reset_stats()
+    assert sync(hub, project, tmp_path / "cache").code == 0
+    paths = [entry["path"] for entry in hub.process.stats()["log"]]
+    assert not [p for p in paths if p.endswith("/empty.txt")], paths
+    assert [p for p in paths if p.endswith("/config.json")]  # the others were fetched
+    assert check(project, tmp_path / "cache").code == 0
+
+
+def test_retry_after_is_what_the_api_client_waits(hub: Hub) -> None:
+    waits: list[float] = []
+    hub.process.faults({"action": "status", "status": 429, "retry_after": 7, "times": 1,
+                        "match": "^/api/models/acme/tiny-bert"})
+    snap = HubClient(hub.endpoint, sleep=waits.append).snapshot("model", "acme/tiny-bert",
+                                                                "main")
+    assert snap.files and waits == [7.0]
+
+
+def test_retry_after_is_what_a_transfer_waits(hub: Hub, tmp_path: Path) -> None:
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    repo = read_lock(project / "weights.lock").repos[0]
+    f = next(f for f in repo.files if f.path == "config.json")
+    waits: list[float] = []
+    hub.process.faults({"action": "status", "status": 429, "retry_after": 5, "times": 1,
+                        "match": "/config.json$"})
+    with Transfer(hub.endpoint, None, jobs=1, wait=waits.append) as transfer:
+        transfer.fetch(FetchJob(kind="model", repo_id=repo.id, revision=repo.revision,
+                                path=f.path, size=f.size, etag=f.etag, hash_kind=f.hash_kind,
+                                temp=tmp_path / "config.tmp"))
+    assert waits == [5.0]
+    assert (tmp_path / "config.tmp").stat().st_size == f.size
+
+
+def test_a_live_syncs_temp_files_survive_another_syncs_cleanup(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Cleanup removes what *dead* syncs left: a temp file of a live process on this host
+    stays (a slowed sync holds one open, no race), a dead one's goes."""
+    repo_id = big(hub)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    proc = slow_sync_writing_a_shard(hub, project, cache, delay_ms=2000)
+    try:
+        repo = read_lock(project / "weights.lock").repos[0]
+        paths = RepoPaths.of(cache, repo)
+        live = sorted(paths.blobs.glob("*.wlock-incomplete"))
+        assert live
+        dead_pid = _a_dead_pid()
+        dead = paths.blobs / f".{'0' * 64}.{live[0].name.split('.')[2]}.{dead_pid}.0000" \
+            ".wlock-incomplete"
+        dead.write_bytes(b"left by a killed sync")
+        removed = clean_stale_temps(paths, repo.revision)
+        assert removed == 1 and not dead.exists()
+        assert all(p.exists() for p in live), "a live sync's temp file was removed"
+    finally:
+        hub.process.faults()
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert check(project, cache).code == 0
+
+
+def _a_dead_pid() -> int:
+    """A pid that belonged to a process that has exited."""
+    import subprocess
+
+    child = subprocess.Popen(["true"])
+    child.wait()
+    time.sleep(0.05)
+    return child.pid
+
+
+def test_a_relocked_entry_passes_lock_check_and_sync_locked(hub: Hub, tmp_path: Path) -> None:
+    """Re-locking after an edit writes the new manifest digest: the very next --check and
+    --locked accept it (keeping the previous digest would make them exit 3)."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    for manifest in ('[[model]]\nid = "acme/tiny-bert"\ninclude = ["*.json"]\n',
+                     '[[model]]\nid = "acme/tiny-bert"\nref = "v1.0"\ninclude = ["*.json"]\n'):
+        (project / "weights.toml").write_text(manifest)
+        lock(hub, project)
+        assert run_wlock("lock", "--check", cwd=project).code == 0
+        locked = sync(hub, project, tmp_path / "cache", "--locked")
+        assert locked.code == 0, locked.stderr
