@@ -104,7 +104,9 @@ def test_comment_only_edits_keep_the_lock_fresh(hub: Hub, tmp_path: Path) -> Non
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
     project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n')
     unknown = run_wlock("lock", "--frobnicate", cwd=project)
-    assert unknown.code == 2 and unknown.stderr.endswith("Error: No such option '--frobnicate'.\n")
+    # click words it "No such option: --x" (8.1.0) or "No such option '--x'." (newer).
+    assert unknown.code == 2 and "No such option" in unknown.stderr
+    assert "--frobnicate" in unknown.stderr.splitlines()[-1]
     package = run_wlock("lock", "--upgrade-package", "acme/other", cwd=project)
     assert package.code == 2
     assert package.stderr == (
