@@ -200,3 +200,35 @@ def test_signed_cdn_urls_never_reach_the_output(
     assert "/objects/" in result.stderr or "answered 403" in result.stderr
     assert "Signature" not in result.stdout + result.stderr
     assert "Expires=" not in result.stdout + result.stderr
+
+
+def test_a_server_killed_mid_sync_ends_it_in_seconds_with_one_line_per_cause(
+    hub: Hub, tmp_path: Path, sharded: Path
+) -> None:
+    """An emulator of our own on the same store, stopped while a slowed sync is in flight:
+    every file still to come fails at once with one cause (not a minute of retries and a
+    line per file)."""
+    from wlock.hubserver.process import HubProcess
+
+    own = HubProcess(hub.process.store).start()
+    try:
+        own.faults({"action": "delay", "match": "/", "delay_ms": 800})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wlock", "sync", "--endpoint", own.endpoint, "--jobs", "1",
+             "--cache-dir", str(tmp_path / "cache")], cwd=sharded, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "cache").rglob("*.wlock-incomplete")):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+    finally:
+        own.stop()
+    stopped = time.monotonic()
+    _, err = proc.communicate(timeout=120)
+    elapsed = time.monotonic() - stopped
+    assert proc.returncode == 5, err
+    report = err[err.index("error: "):].splitlines()
+    assert report[0].endswith(" files failed:"), err
+    assert len(report) <= 4, err  # the header, at most a line per cause, the hint
+    assert any(line.startswith(f"  cannot connect to {own.endpoint}: ") for line in report)
+    assert elapsed < 30, elapsed
