@@ -29,7 +29,9 @@ import contextlib
 import os
 import shutil
 import stat
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -167,17 +169,121 @@ def temp_blob_path(paths: RepoPaths, etag: str) -> Path:
     return temp_path_for(paths.blob(etag), TEMP_SUFFIX)
 
 
-def publish_blob(tmp: Path, blob: Path) -> None:
-    """Move a verified temp file into place; a concurrent writer's identical bytes may win."""
+def publish_blob(tmp: Path, blob: Path, *, replace: bool = False) -> bool:
+    """Give a verified temp file its blob name; True when ours is the one published.
+
+    A blob another writer already published is kept, never replaced: on a network
+    filesystem a replace-by-rename makes the file vanish for a moment for readers on other
+    nodes (measured on JuiceFS: tens of thousands of ENOENT in seconds). So the name is
+    created by a hard link, which fails when it exists. `replace` is for a blob known to be
+    wrong (`sync --verify`, a wrong size): then the good bytes replace it by rename.
+    """
     os.chmod(tmp, 0o644)
-    os.replace(tmp, blob)
+    if replace:
+        os.replace(tmp, blob)
+        return True
+    try:
+        os.link(tmp, blob)
+        published = True
+    except FileExistsError:
+        published = False
+    except OSError:
+        # A filesystem without hard links: rename, unless the blob appeared meanwhile.
+        if os.path.lexists(blob):
+            published = False
+        else:
+            os.replace(tmp, blob)
+            return True
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    return published
 
 
-def write_empty_blob(paths: RepoPaths, file: LockedFile) -> None:
+def write_empty_blob(paths: RepoPaths, file: LockedFile, *, replace: bool = False) -> None:
     """Zero-byte files are never fetched (hf_transfer fails on them with 416)."""
     tmp = temp_blob_path(paths, file.etag)
     tmp.touch()
-    publish_blob(tmp, paths.blob(file.etag))
+    publish_blob(tmp, paths.blob(file.etag), replace=replace)
+
+
+def blob_lock_path(paths: RepoPaths, etag: str) -> Path:
+    """huggingface_hub's own lock file for a blob (`<cache>/.locks/<repo folder>/<etag>.lock`):
+    taking the same lock makes wlock and huggingface_hub downloads wait for each other."""
+    return paths.cache_dir / ".locks" / paths.root.name / f"{etag}.lock"
+
+
+@contextlib.contextmanager
+def claim_blob(
+    paths: RepoPaths, file: LockedFile, *, stall: float, stop: threading.Event
+) -> Iterator[bool]:
+    """Take the blob's download lock, so that syncs on several nodes download it once.
+
+    Yields False when another writer published the blob while we waited (nothing to do),
+    True when the caller should download it: with the lock held, or without it when the
+    holder made no progress for `stall` seconds (a stalled or foreign node) or when the
+    filesystem has no `flock`. Correctness never depends on the lock: publishing is atomic
+    and never replaces a published blob; the lock only saves the bytes.
+    """
+    import fcntl
+
+    blob = paths.blob(file.etag)
+    lock = blob_lock_path(paths, file.etag)
+    fd = None
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o664)
+    except OSError:
+        fd = None  # a read-only .locks or odd filesystem: proceed without the lock
+    try:
+        progress, moved = -1, time.monotonic()
+        while fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            except OSError:
+                break  # flock not supported here
+            if _published(blob, file.size):
+                yield False
+                return
+            now = _writers_progress(paths, file.etag)
+            if now != progress:
+                progress, moved = now, time.monotonic()
+            elif time.monotonic() - moved > stall:
+                break  # the holder is stuck: download alongside it
+            if stop.wait(0.2):
+                break
+        if _published(blob, file.size):
+            yield False
+            return
+        yield True
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the flock
+
+
+def _published(blob: Path, size: int) -> bool:
+    try:
+        st = os.stat(blob)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == size
+
+
+def _writers_progress(paths: RepoPaths, etag: str) -> int:
+    """Bytes written so far by every writer of this blob (wlock's temp files and
+    huggingface_hub's `<etag>.incomplete`): allocated blocks, as downloads write sparsely."""
+    total = 0
+    try:
+        names = os.listdir(paths.blobs)
+    except OSError:
+        return 0
+    for name in names:
+        if name.startswith((f".{etag}.", f"{etag}.incomplete")):
+            with contextlib.suppress(OSError):
+                total += os.stat(paths.blobs / name).st_blocks
+    return total
 
 
 def ensure_link(paths: RepoPaths, folder: Path, file: LockedFile) -> bool:

@@ -19,6 +19,7 @@ from stat import S_ISREG
 
 from wlock.cache import (
     RepoPaths,
+    claim_blob,
     clean_stale_temps,
     ensure_ref,
     folder_problem,
@@ -248,9 +249,10 @@ def execute_plan(
         failures, failed_blobs = _offline_failures(downloads)
         downloads = []
     elif downloads:
+        corrupt = [(r.repo, f) for r in work for f in r.corrupt]
         fetched_bytes, failures, failed_blobs = _download_all(
-            downloads, cache_dir, endpoint, token, jobs, connections, timeout, on_start,
-            on_bytes, on_done,
+            downloads, cache_dir, endpoint, token, jobs, connections, timeout, corrupt,
+            on_start, on_bytes, on_done,
         )
 
     # Links only once every blob of the repo is in, the ref last: a snapshot never points
@@ -296,6 +298,7 @@ def _download_all(
     jobs: int,
     connections: int,
     timeout: float,
+    corrupt: list[tuple[LockedRepo, LockedFile]],
     on_start: Callable[[str, int], None] | None,
     on_bytes: Callable[[str, int], None] | None,
     on_done: Callable[[str, int], None] | None,
@@ -304,6 +307,9 @@ def _download_all(
 
     from wlock.transfer import FetchJob, IntegrityError, Transfer
 
+    # Blobs present with wrong bytes: the good ones replace them. Any other blob that
+    # appears meanwhile was published by another writer and is kept.
+    replace = {(*r.key, f.etag) for r, f in corrupt}
     failures: list[WlockError] = []
     failed: set[tuple[str, str, str]] = set()
     fetched = 0
@@ -317,9 +323,15 @@ def _download_all(
         label = f"{repo.id}/{f.path}"
         if on_start:
             on_start(label, f.size)
+        wrong = (*repo.key, f.etag) in replace
         if f.size == 0:
-            write_empty_blob(paths, f)
-        else:
+            write_empty_blob(paths, f, replace=wrong)
+            return 0
+        with claim_blob(paths, f, stall=timeout, stop=transfer.stopped) as mine:
+            if not mine and not wrong:
+                if on_done:
+                    on_done(label, f.size)
+                return 0  # another sync (another node) published it meanwhile
             for attempt in (1, 2):
                 job = FetchJob(
                     kind=repo.kind, repo_id=repo.id, revision=repo.revision, path=f.path,
@@ -339,7 +351,7 @@ def _download_all(
                             hint="The file was refused and not cached. Retry; if it persists, "
                             "the Hub or a proxy is serving other bytes than the lock names.",
                         ) from None
-            publish_blob(job.temp, paths.blob(f.etag))
+            publish_blob(job.temp, paths.blob(f.etag), replace=wrong)
         if on_done:
             on_done(label, f.size)
         return f.size

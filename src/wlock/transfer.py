@@ -141,6 +141,11 @@ class Transfer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def stopped(self) -> threading.Event:
+        """Set once abort() was called: long waits outside a transfer watch it too."""
+        return self._aborted
+
     def _check_aborted(self) -> None:
         if self._aborted.is_set():
             raise Aborted

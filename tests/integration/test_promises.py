@@ -143,3 +143,41 @@ def test_a_relocked_entry_passes_lock_check_and_sync_locked(hub: Hub, tmp_path: 
         assert run_wlock("lock", "--check", cwd=project).code == 0
         locked = sync(hub, project, tmp_path / "cache", "--locked")
         assert locked.code == 0, locked.stderr
+
+
+def test_concurrent_syncs_download_each_blob_once(hub: Hub, tmp_path: Path) -> None:
+    """Several syncs (several nodes) into one empty cache: the blob's lock (huggingface_hub's
+    own `.locks/` file) makes the others wait and then find it published."""
+    import subprocess
+    import sys
+
+    repo_id = big(hub)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    repo = read_lock(project / "weights.lock").repos[0]
+    shard = next(f for f in repo.files if f.size == BIG)
+
+    def downloads() -> tuple[int, int]:
+        log = hub.process.stats()["log"]
+        return (sum(1 for e in log if e["listener"] == "cdn" and shard.etag in e["path"]),
+                sum(1 for e in log if "/resolve-cache/" in e["path"]
+                    and e["path"].split("?")[0].endswith("/config.json")
+                    and e["method"] == "GET"))
+
+    hub.process.reset_stats()
+    assert sync(hub, project, tmp_path / "alone").code == 0
+    alone = downloads()
+    assert alone[0] >= 1 and alone[1] == 1
+
+    hub.process.faults({"action": "delay", "listener": "cdn", "match": "/", "delay_ms": 300})
+    hub.process.reset_stats()
+    cache = tmp_path / "shared"
+    argv = [sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint,
+            "--cache-dir", str(cache)]
+    procs = [subprocess.Popen(argv, cwd=project, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    assert downloads() == alone  # once, as if a single sync had run
+    assert check(project, cache).code == 0

@@ -164,3 +164,4 @@ def test_hash_file_matches_hashlib_and_git(tmp_path: Path, size: int) -> None:
     assert hash_file(path, "git-sha1") == git_blob_id(data)
     if size == 0:
         assert hash_file(path, "git-sha1") == "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+
