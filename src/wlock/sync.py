@@ -326,6 +326,8 @@ def _download_all(
         wrong = (*repo.key, f.etag) in replace
         if f.size == 0:
             write_empty_blob(paths, f, replace=wrong)
+            if on_done:
+                on_done(label, 0)
             return 0
         with claim_blob(paths, f, stall=timeout, stop=transfer.stopped) as mine:
             if not mine and not wrong:
