@@ -45,8 +45,13 @@ LINK_TEMP_SUFFIX = ".wlock-tmp"
 # Snapshots are built here, beside `snapshots/` at the same depth (so the same relative link
 # targets work), and renamed into place: huggingface_hub's cache scan never looks in it.
 STAGING = ".wlock-staging"
-# A temp file from another host is only removed once it is this old: we cannot tell whether
-# its writer is alive, and removing a live writer's file would only cost it a retry.
+# Another host's link, ref or staging leftover is removed once it is this old (its writer
+# renames it within seconds). Another host's temp blob goes as soon as nobody holds the
+# blob's download lock (flock works across the nodes of JuiceFS and Lustre, not everywhere:
+# where it does not, the temp file is left for its owner).
+FOREIGN_LEFTOVER_AGE = 10 * 60
+# ... and a temp blob whose lock cannot be tested, when this old (a live writer's file
+# removed would only cost it a retry).
 FOREIGN_TEMP_AGE = 6 * 3600
 
 
@@ -351,13 +356,18 @@ def ensure_ref(paths: RepoPaths, name: str, revision: str) -> bool:
     return True
 
 
-def clean_stale_temps(paths: RepoPaths, revision: str) -> int:
+def clean_stale_temps(paths: RepoPaths, revision: str, *, deep: bool = True) -> int:
     """Remove what killed syncs left (temp blobs, links or refs caught mid-rename, staging
-    folders): this host's when their process is gone, other hosts' when old. Returns how
-    many. Folders that are links are not walked."""
+    folders): this host's when their process is gone; another host's temp blob when nobody
+    holds its download lock (see `claim_blob`: every writer holds it while writing), other
+    leftovers of other hosts when old. Returns how many. Folders that are links are not
+    walked. `deep=False` looks only where the big leftovers are (blobs/ and staging), cheap
+    enough for a sync with nothing to do."""
     removed = 0
     now = time.time()
-    folders = [paths.blobs, paths.snapshot(revision), paths.root / "refs", paths.root / STAGING]
+    folders = [paths.blobs, paths.root / STAGING]
+    if deep:
+        folders += [paths.snapshot(revision), paths.root / "refs"]
     for folder in folders:
         if folder_problem(paths, folder) is not None or not os.path.isdir(folder):
             continue
@@ -366,7 +376,7 @@ def clean_stale_temps(paths: RepoPaths, revision: str) -> int:
                 if not name.endswith((TEMP_SUFFIX, LINK_TEMP_SUFFIX)):
                     continue
                 path = os.path.join(dirpath, name)
-                if _stale(name, path, now):
+                if _stale(paths, name, path, now):
                     with contextlib.suppress(FileNotFoundError):
                         if name in dirnames and not os.path.islink(path):
                             shutil.rmtree(path)
@@ -377,15 +387,41 @@ def clean_stale_temps(paths: RepoPaths, revision: str) -> int:
     return removed
 
 
-def _stale(name: str, path: str, now: float) -> bool:
+def _stale(paths: RepoPaths, name: str, path: str, now: float) -> bool:
     # .<name>.<host>.<pid>.<random>.<suffix>: <name> may hold dots, the rest cannot.
     parts = name.rsplit(".", 4)
     if len(parts) == 5 and parts[1] == HOST and parts[2].isdigit():
         return not _alive(int(parts[2]))
     try:
-        return now - os.lstat(path).st_mtime > FOREIGN_TEMP_AGE
+        age = now - os.lstat(path).st_mtime
     except OSError:
         return False
+    if len(parts) == 5 and name.endswith(TEMP_SUFFIX):
+        # Another host's download: alive exactly while someone holds the blob's lock.
+        free = _lock_free(blob_lock_path(paths, parts[0][1:]))
+        return age > FOREIGN_TEMP_AGE if free is None else free
+    # A link or ref is renamed a moment after it is made, a staging folder within seconds.
+    return age > FOREIGN_LEFTOVER_AGE
+
+
+def _lock_free(lock: Path) -> bool | None:
+    """Whether nobody holds `lock` (flock); None when it cannot be told (no lock file, as
+    with a writer older than the locks, or no flock on this filesystem)."""
+    import fcntl
+
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return True
 
 
 def _alive(pid: int) -> bool:

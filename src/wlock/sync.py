@@ -9,6 +9,7 @@ unverified blob, whatever moment a sync is killed at.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -183,6 +184,19 @@ def _plan_repo(repo: LockedRepo, cache_dir: Path) -> RepoSyncPlan:
         ref = repo.requested
     return RepoSyncPlan(repo=repo, fetch=tuple(fetch), corrupt=tuple(corrupt),
                         link=tuple(link), present=tuple(present), ref=ref)
+
+
+def tidy(plan: SyncPlan) -> int:
+    """What a sync with nothing to do still does: remove the temp blobs and staging folders
+    that killed syncs (on this node or others) left in the locked repos. Once another node
+    completed the cache, every later sync is a no-op, and nothing else would. Returns how
+    many were removed; never raises for a cache it cannot clean."""
+    removed = 0
+    for r in plan.repos:
+        paths = RepoPaths.of(Path(plan.cache_dir), r.repo)
+        with contextlib.suppress(OSError):
+            removed += clean_stale_temps(paths, r.repo.revision, deep=False)
+    return removed
 
 
 def free_space(cache_dir: Path) -> tuple[Path, int]:

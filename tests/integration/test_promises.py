@@ -181,3 +181,36 @@ def test_concurrent_syncs_download_each_blob_once(hub: Hub, tmp_path: Path) -> N
         assert proc.returncode == 0, err
     assert downloads() == alone  # once, as if a single sync had run
     assert check(project, cache).code == 0
+
+
+def test_another_nodes_dead_download_is_cleaned_by_a_sync_with_nothing_to_do(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A node killed mid-download leaves a temp blob under its own host name. Once the
+    cache is complete, every sync is a no-op: the no-op removes it as soon as nobody holds
+    the blob's download lock, and never while somebody does."""
+    import fcntl
+
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    assert sync(hub, project, cache).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    paths = RepoPaths.of(cache, repo)
+    etag = repo.files[0].etag
+    foreign = paths.blobs / f".{etag}.other-node.4242.0a0b0c0d.wlock-incomplete"
+    foreign.write_bytes(b"x" * 4096)
+    unknown = paths.blobs / f".{'e' * 64}.other-node.4242.0a0b0c0d.wlock-incomplete"
+    unknown.write_bytes(b"no lock file: left for its owner until it is old")
+    lock_file = cache / ".locks" / "models--acme--tiny-bert" / f"{etag}.lock"
+    assert lock_file.parent.is_dir()  # made by the sync's own downloads
+    holder = os.open(lock_file, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # the other node is still downloading
+        assert "Already in sync" in sync(hub, project, cache).stderr
+        assert foreign.exists()
+    finally:
+        os.close(holder)  # ... and now it is gone
+    assert "Already in sync" in sync(hub, project, cache).stderr
+    assert not foreign.exists()
+    assert unknown.exists()

@@ -53,7 +53,7 @@ def sync(
     """
     from wlock.lockfile import LOCK_NAME, is_fresh, read_lock, stale_error
     from wlock.manifest import MANIFEST_NAME
-    from wlock.sync import execute_plan, plan_sync, preflight
+    from wlock.sync import execute_plan, plan_sync, preflight, tidy
 
     if locked and frozen:
         raise UsageError("--locked and --frozen cannot be used together",
@@ -94,6 +94,7 @@ def sync(
         _render_plan(plan, settings.json)
         return
     if plan.is_noop:
+        tidy(plan)
         if settings.json:
             click.echo(json.dumps(_plan_json(plan) | {"fetched_files": 0, "fetched_bytes": 0},
                                   indent=2))
