@@ -274,3 +274,20 @@ def test_init_add_remove_round_trip(tmp_path: Path) -> None:
     assert removed.stderr.endswith("hint: It is listed as a model: leave out --dataset.\n")
     assert run_wlock("remove", "acme/tiny-bert", cwd=tmp_path).code == 0
     assert "[[model]]\nid" not in (tmp_path / "weights.toml").read_text()
+
+
+def test_json_errors_are_json_on_stdout(hub: Hub, tmp_path: Path) -> None:
+    import json
+
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\nrevision = "main"\n')
+    invalid = run_wlock("lock", "--json", "--endpoint", hub.endpoint, cwd=project)
+    assert invalid.code == 4
+    report = json.loads(invalid.stdout)
+    assert report["ok"] is False and report["error"]["exit_code"] == 4
+    assert report["error"]["message"] == f"{project}/weights.toml:3: `model.revision`: unknown key"
+    assert invalid.stderr.startswith("error: ")  # the text is still there for people
+    usage = run_wlock("sync", "--json", "--jobs", "0", cwd=project)
+    assert usage.code == 2 and json.loads(usage.stdout)["error"]["kind"] == "usage"
+    write_project(tmp_path, '[[model]]\nid = "acme/does-not-exist"\n')
+    hub_error = run_wlock("lock", "--json", "--endpoint", hub.endpoint, cwd=project)
+    assert hub_error.code == 5 and json.loads(hub_error.stdout)["error"]["exit_code"] == 5

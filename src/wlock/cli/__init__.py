@@ -59,6 +59,8 @@ def demo() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
     try:
         cli.main(args=argv, prog_name="wlock", standalone_mode=False)
     except click.exceptions.Abort:
@@ -66,7 +68,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click.ClickException as e:
         e.show()
-        sys.exit(ExitCode.USAGE if isinstance(e, click.UsageError) else e.exit_code)
+        code = ExitCode.USAGE if isinstance(e, click.UsageError) else e.exit_code
+        if as_json:
+            _json_error("usage", int(code), e.format_message(), None)
+        sys.exit(code)
     except WlockError as e:
         if os.environ.get("WLOCK_DEBUG"):
             import traceback
@@ -75,8 +80,21 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"error: {redact(e.message)}", err=True)
         if e.hint:
             click.echo(f"hint: {redact(e.hint)}", err=True)
+        if as_json:
+            _json_error(e.label, int(e.exit_code), e.message, e.hint)
         sys.exit(int(e.exit_code))
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
         sys.exit(130)
     sys.exit(0)
+
+
+def _json_error(kind: str, code: int, message: str, hint: str | None) -> None:
+    """With --json, a failure is JSON on stdout too (the text stays on stderr), so a script
+    always has one object to parse: {"ok": false, "error": {...}}."""
+    import json
+
+    click.echo(json.dumps({"ok": False, "error": {
+        "kind": kind, "exit_code": code, "message": redact(message),
+        "hint": redact(hint) if hint else None,
+    }}, indent=2))
