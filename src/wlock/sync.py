@@ -47,6 +47,10 @@ from wlock.units import human_size
 DEFAULT_JOBS = 4
 DEFAULT_CONNECTIONS = 8
 DEFAULT_TIMEOUT = 30.0  # seconds without a byte before a transfer is cancelled and retried
+# Small files at once, whatever --jobs says: each is a request or two of Hub latency (tens of
+# ms on the real Hub), so concurrency, not bandwidth, bounds them. Measured with
+# bench/small_files.py (1,000 files, 50 ms per request): see the README.
+SMALL_CONCURRENCY = 32
 
 
 class IntegrityFailure(CheckFailedError):
@@ -319,7 +323,7 @@ def _download_all(
 ) -> tuple[int, list[WlockError], set[tuple[str, str, str]]]:
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
-    from wlock.transfer import FetchJob, IntegrityError, Transfer
+    from wlock.transfer import LARGE_FILE, FetchJob, IntegrityError, Transfer
 
     # Blobs present with wrong bytes: the good ones replace them. Any other blob that
     # appears meanwhile was published by another writer and is kept.
@@ -373,11 +377,18 @@ def _download_all(
         return f.size
 
     with Transfer(endpoint, token, jobs=jobs, connections=connections, timeout=timeout,
-                  on_bytes=report) as transfer, \
-            ThreadPoolExecutor(max_workers=max(jobs, 8)) as pool:
-        # Largest first: the long transfers start at once and the small ones fill the gaps.
+                  small_concurrency=SMALL_CONCURRENCY, on_bytes=report) as transfer, \
+            ThreadPoolExecutor(max_workers=jobs) as large, \
+            ThreadPoolExecutor(max_workers=SMALL_CONCURRENCY) as small:
+        # Two pools: --jobs bounds the large transfers (each a worker process and several
+        # connections); small files are latency-bound and get their own, wider concurrency,
+        # so thousands of them do not wait behind the shards or behind --jobs.
+        # Largest first within each: the long transfers start at once.
         ordered = sorted(downloads, key=lambda d: -d[1].size)
-        futures = {pool.submit(one, repo, f): (repo, f) for repo, f in ordered}
+        futures = {
+            (large if f.size >= LARGE_FILE else small).submit(one, repo, f): (repo, f)
+            for repo, f in ordered
+        }
         try:
             for future in as_completed(futures):
                 repo, f = futures[future]
@@ -391,7 +402,8 @@ def _download_all(
                     failed.add((*repo.key, f.etag))
         except BaseException:
             # Ctrl-C: stop the transfers in flight instead of waiting for them to finish.
-            pool.shutdown(wait=False, cancel_futures=True)
+            for pool in (large, small):
+                pool.shutdown(wait=False, cancel_futures=True)
             transfer.abort()
             raise
     return fetched, failures, failed

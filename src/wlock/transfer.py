@@ -91,6 +91,7 @@ class Transfer:
     def __init__(
         self, endpoint: str, token: str | None, *, jobs: int, connections: int = 8,
         timeout: float = DEFAULT_TIMEOUT,
+        small_concurrency: int = 8,
         on_bytes: Callable[[FetchJob, int], None] | None = None,
         wait: Callable[[float], object] | None = None,
     ) -> None:
@@ -114,7 +115,10 @@ class Transfer:
         self._http = httpx2.Client(
             # The read timeout is the stall timeout: seconds without a byte, not a deadline.
             timeout=httpx2.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
-            limits=httpx2.Limits(max_connections=4 * jobs + 8, max_keepalive_connections=32),
+            # One keep-alive connection per small-file thread (and the large files' HEADs):
+            # a new TLS connection per file would double the round trips.
+            limits=httpx2.Limits(max_connections=small_concurrency + 2 * jobs + 8,
+                                 max_keepalive_connections=small_concurrency + 2 * jobs),
             headers={"User-Agent": f"wlock/{__version__}"},
             follow_redirects=False,
         )

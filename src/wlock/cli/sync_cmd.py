@@ -21,7 +21,8 @@ from wlock.units import human_size
 @click.option("--verify", is_flag=True,
               help="Also hash what is present, as `wlock check` does, and refetch wrong bytes.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=4, show_default=True,
-              help="Files downloaded at once (large files each use several connections).")
+              help="Large files (8 MiB and up) downloaded at once, each through hf_transfer "
+              "with several connections; small files have their own 32-way concurrency.")
 @click.option("--connections", type=click.IntRange(1, 256), default=8, show_default=True,
               help="HTTP connections shared by the large files in flight (hf_transfer ranges).")
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30, show_default=True,
