@@ -33,9 +33,9 @@ VIEW_FOLDER = ".wlock"
 
 
 def view_location(lock_path: Path, cache_dir: Path) -> Path:
-    """Where the view of `lock_path` over `cache_dir` lives: `.wlock/hub` beside the lock
-    (git-ignored by its own .gitignore, as uv's .venv), or a folder of this user's in the
-    temp directory when the project is read-only (a deploy image)."""
+    """Where the view of `lock_path` over `cache_dir` lives: `.wlock/hub-<hash>` beside the
+    lock (git-ignored by its own .gitignore, as uv's .venv), or a folder of this user's in
+    the temp directory when the project is read-only (a deploy image)."""
     project = lock_path.parent / VIEW_FOLDER
     key = hashlib.sha256(f"{lock_path.resolve()}\0{cache_dir.resolve()}".encode()).hexdigest()
     if os.access(lock_path.parent, os.W_OK) or os.access(project, os.W_OK):
@@ -71,7 +71,8 @@ def build_view(lock: Lock, cache_dir: Path, view: Path) -> Path:
             os.replace(tmp, keep)
         for dirpath, _, names in os.walk(refs):  # an older lock's refs: only this one's stay
             for ref_name in names:
-                if Path(dirpath, ref_name) != keep:
+                # Dot names are a concurrent `wlock run`'s ref caught before its rename.
+                if Path(dirpath, ref_name) != keep and not ref_name.startswith("."):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(Path(dirpath, ref_name))
     for entry in view.iterdir():

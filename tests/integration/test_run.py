@@ -99,3 +99,18 @@ def test_revision_api(synced: tuple[Path, Path]) -> None:
         commit, "9", f"'acme/nope' is not in {project / 'weights.lock'}",
         "Add it with `wlock add acme/nope` and `wlock lock`. Locked: acme/tiny-bert.",
     ]
+
+
+def test_concurrent_runs_share_one_view(synced: tuple[Path, Path]) -> None:
+    """A test runner may start several `wlock run` at once in one project: each refreshes
+    the same view, none may break another's."""
+    project, cache = synced
+    argv = [sys.executable, "-m", "wlock", "run", "--cache-dir", str(cache), "--",
+            sys.executable, "-c", "import wlock; print(wlock.revision('acme/tiny-bert'))"]
+    for _ in range(3):
+        procs = [subprocess.Popen(argv, cwd=project, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(6)]
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+            assert out.strip() == read_lock(project / "weights.lock").repos[0].revision
