@@ -61,12 +61,17 @@ def load_lock(path: Path | None = None) -> Lock:
 
 
 def locked(repo_id: str, *, kind: RepoKind | None = None, lock: Path | None = None) -> LockedRepo:
-    """The lock entry of `repo_id` (a model, or a dataset; pass `kind` when both exist).
+    """The lock entry of `repo_id` (a model, or a dataset; pass `kind` when both exist),
+    matched without regard to case, as the Hub matches ids.
 
     Raises NotLockedError when the repo is not in the lock.
     """
     source = load_lock(lock)
-    matches = [r for r in source.repos if r.id == repo_id and (kind is None or r.kind == kind)]
+    # The Hub treats `Org/Name` and `org/name` as one repo; the lock holds each id once,
+    # compared the same way (lockfile.read_lock refuses case-folded duplicates).
+    folded = repo_id.lower()
+    matches = [r for r in source.repos
+               if r.id.lower() == folded and (kind is None or r.kind == kind)]
     if not matches:
         known = ", ".join(sorted({r.id for r in source.repos})) or "(none)"
         what = f"{kind} {repo_id!r}" if kind else repr(repo_id)

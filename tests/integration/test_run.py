@@ -84,6 +84,7 @@ def test_revision_api(synced: tuple[Path, Path]) -> None:
         "import sys, wlock\n"
         "assert 'huggingface_hub' not in sys.modules\n"
         "print(wlock.revision('acme/tiny-bert'))\n"
+        "assert wlock.revision('ACME/Tiny-BERT') == wlock.revision('acme/tiny-bert')\n"
         "print(len(wlock.locked('acme/tiny-bert').files))\n"
         "assert 'huggingface_hub' not in sys.modules\n"
         "try:\n    wlock.revision('acme/nope')\n"
