@@ -238,3 +238,27 @@ def test_settings_from_pyproject_without_a_project(tmp_path: Path) -> None:
     assert [(f["path"], f["code"], f["severity"]) for f in report["findings"]] == [
         ("app.py", "WL101", "warning")
     ]
+
+
+def test_loaders_imported_under_another_name(tmp_path: Path) -> None:
+    """`from huggingface_hub import hf_hub_download as _dl` (issue 13): the alias is a load
+    like any other, and --fix pins it."""
+    (tmp_path / "weights.toml").write_text('[[model]]\nid = "acme/bert"\n')
+    shutil.copy(CORPUS / "weights.lock", tmp_path / "weights.lock")
+    (tmp_path / "aliased.py").write_text(
+        "from huggingface_hub import hf_hub_download as _dl, snapshot_download as snap\n"
+        "from transformers import pipeline as make\n"
+        '_dl("acme/bert", "config.json")\n'
+        'snap(repo_id="acme/bert")\n'
+        'make("fill-mask", model="acme/bert")\n'
+        "def _dl2(x):\n    return x\n"
+        '_dl2("acme/bert")\n'  # not a loader: a look-alike name
+    )
+    result = run_wlock("lint", "aliased.py", "--format", "json", cwd=tmp_path)
+    assert result.code == 1, result.stderr
+    found = [(f["line"], f["code"]) for f in json.loads(result.stdout)["findings"]]
+    assert found == [(3, "WL101"), (4, "WL101"), (5, "WL101")]
+    fixed = run_wlock("lint", "aliased.py", "--fix", cwd=tmp_path)
+    assert fixed.code == 0, fixed.stdout + fixed.stderr
+    assert f'_dl("acme/bert", "config.json", revision="{BERT}")' in (
+        tmp_path / "aliased.py").read_text()
