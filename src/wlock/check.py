@@ -10,11 +10,10 @@ import os
 import stat
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from wlock.cache import RepoPaths, folder_problem, follows_ref, link_target, read_ref
-from wlock.hashing import hash_file
+from wlock.hashing import hash_files
 from wlock.models import CheckReport, Lock, LockedFile, LockedRepo, Problem
 
 
@@ -33,15 +32,15 @@ def check_cache(
     notes: list[Problem] = []
     to_hash: dict[str, tuple[LockedFile, list[tuple[LockedRepo, LockedFile]]]] = {}
     files = 0
+    real_cache = os.path.realpath(cache_dir)
     for repo in lock.repos:
         paths = RepoPaths.of(cache_dir, repo)
         for f in repo.files:
             files += 1
-            blob = _locate(paths, repo, f, problems)
-            if blob is None:
+            real = _locate(paths, repo, f, problems, real_cache)
+            if real is None:
                 continue
-            key = os.path.realpath(blob)
-            entry = to_hash.setdefault(key, (f, []))
+            entry = to_hash.setdefault(real, (f, []))
             entry[1].append((repo, f))
         if follows_ref(repo):
             # The cache may be shared with projects that lock the same branch elsewhere:
@@ -53,17 +52,17 @@ def check_cache(
                                      repo.revision, ref))
 
     hashed = 0
-    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
-        futures: list[tuple[Future[str], LockedFile, list[tuple[LockedRepo, LockedFile]]]] = []
-        for real, (f, users) in sorted(to_hash.items(), key=lambda kv: -kv[1][0].size):
-            futures.append((pool.submit(_hash, Path(real), f, on_hashed), f, users))
-        for future, f, users in futures:
-            actual = future.result()
-            hashed += f.size
-            if actual != f.etag:
-                for repo, user in users:
-                    problems.append(Problem("wrong-hash", repo.kind, repo.id, user.path,
-                                            f"{user.hash_kind} {user.etag}", actual))
+    entries = list(to_hash.items())
+    digests = hash_files([(Path(real), f.hash_kind, f.size) for real, (f, _) in entries],
+                         jobs=jobs, on_hashed=on_hashed)
+    for (_, (f, users)), actual in zip(entries, digests, strict=True):
+        if isinstance(actual, OSError):
+            raise actual
+        hashed += f.size
+        if actual != f.etag:
+            for repo, user in users:
+                problems.append(Problem("wrong-hash", repo.kind, repo.id, user.path,
+                                        f"{user.hash_kind} {user.etag}", actual))
     problems.sort(key=lambda p: (p.repo_kind, p.repo_id, p.path))
     return CheckReport(cache_dir=str(cache_dir), repos=len(lock.repos), files=files,
                        bytes_hashed=hashed, problems=tuple(problems),
@@ -71,11 +70,11 @@ def check_cache(
 
 
 def _locate(
-    paths: RepoPaths, repo: LockedRepo, f: LockedFile, problems: list[Problem]
-) -> Path | None:
-    """The file's bytes on disk, after checking the snapshot entry, where it leads and its
-    size. Only a regular file inside the cache is ever opened: never a FIFO, a device, or a
-    file a planted link points at."""
+    paths: RepoPaths, repo: LockedRepo, f: LockedFile, problems: list[Problem], real_cache: str
+) -> str | None:
+    """The real path of the file's bytes, after checking the snapshot entry, where it leads
+    and its size. Only a regular file inside the cache is ever opened: never a FIFO, a
+    device, or a file a planted link points at."""
     link = paths.link(repo.revision, f.path)
     if unsafe := folder_problem(paths, link.parent):
         problems.append(Problem("unsafe", repo.kind, repo.id, f.path, "a folder", unsafe))
@@ -103,7 +102,7 @@ def _locate(
                                 "a FIFO, device or folder"))
         return None
     real = os.path.realpath(link)
-    if os.path.commonpath([real, _real_cache(paths)]) != _real_cache(paths):
+    if os.path.commonpath([real, real_cache]) != real_cache:
         problems.append(Problem("unsafe", repo.kind, repo.id, f.path, "a file in the cache",
                                 "a link out of the cache"))
         return None
@@ -111,15 +110,4 @@ def _locate(
         problems.append(Problem("wrong-size", repo.kind, repo.id, f.path,
                                 f"{f.size} bytes", f"{st.st_size} bytes"))
         return None
-    return link
-
-
-def _real_cache(paths: RepoPaths) -> str:
-    return os.path.realpath(paths.cache_dir)
-
-
-def _hash(path: Path, f: LockedFile, on_hashed: Callable[[int], None] | None) -> str:
-    digest = hash_file(path, f.hash_kind)
-    if on_hashed:
-        on_hashed(f.size)
-    return digest
+    return real

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +43,33 @@ def hash_file(path: Path, kind: str) -> str:
                 digest.update(chunk)
     result: str = digest.hexdigest()
     return result
+
+
+def hash_files(
+    items: Sequence[tuple[Path, str, int]],
+    *,
+    jobs: int | None = None,
+    on_hashed: Callable[[int], None] | None = None,
+) -> list[str | OSError]:
+    """Digests of `(path, kind, size)` items, in their order, hashed on a pool of threads
+    (one per core by default), largest first so the longest hash starts at once. An item
+    that cannot be read gives its OSError, for the caller to judge. `on_hashed(size)` is
+    called as each one finishes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(index: int) -> str | OSError:
+        path, kind, size = items[index]
+        try:
+            return hash_file(path, kind)
+        except OSError as e:
+            return e
+        finally:
+            if on_hashed:
+                on_hashed(size)
+
+    results: list[str | OSError] = [""] * len(items)
+    order = sorted(range(len(items)), key=lambda i: -items[i][2])
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
+        for index, digest in zip(order, pool.map(one, order), strict=True):
+            results[index] = digest
+    return results

@@ -103,30 +103,18 @@ def plan_sync(
 def _verified(
     plan: SyncPlan, jobs: int | None, on_hashed: Callable[[int], None] | None
 ) -> SyncPlan:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from wlock.hashing import hash_file
+    from wlock.hashing import hash_files
 
     blobs: dict[str, LockedFile] = {}
     for r in plan.repos:
         paths = RepoPaths.of(Path(plan.cache_dir), r.repo)
         for f in (*r.present, *r.link):
             blobs.setdefault(str(paths.blob(f.etag)), f)
-
-    def wrong(item: tuple[str, LockedFile]) -> str | None:
-        path, f = item
-        try:
-            actual = hash_file(Path(path), f.hash_kind)
-        except OSError:
-            return path
-        finally:
-            if on_hashed:
-                on_hashed(f.size)
-        return None if actual == f.etag else path
-
-    ordered = sorted(blobs.items(), key=lambda kv: -kv[1].size)
-    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
-        bad = {path for path in pool.map(wrong, ordered) if path is not None}
+    items = list(blobs.items())
+    digests = hash_files([(Path(path), f.hash_kind, f.size) for path, f in items],
+                         jobs=jobs, on_hashed=on_hashed)
+    # Unreadable counts as wrong: refetching replaces it.
+    bad = {path for (path, f), digest in zip(items, digests, strict=True) if digest != f.etag}
     if not bad:
         return plan
     repos = []
