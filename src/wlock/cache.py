@@ -94,20 +94,7 @@ def folder_problem(paths: RepoPaths, folder: Path) -> str | None:
     """What is wrong on the way from the cache to `folder`: None when every existing part
     below the cache folder is a real folder (missing parts are fine), else a description
     of the link or file in the way. Touches nothing."""
-    current = paths.cache_dir
-    for part in folder.relative_to(paths.cache_dir).parts:
-        current = current / part
-        key = str(current)
-        if key in paths.verified:
-            continue
-        try:
-            mode = os.lstat(current).st_mode
-        except FileNotFoundError:
-            return None
-        if not stat.S_ISDIR(mode):
-            return f"{current} is {_what(mode)}, where the cache needs a folder"
-        paths.verified.add(key)
-    return None
+    return _walk_folders(paths, folder, create=False)
 
 
 def make_folder(paths: RepoPaths, folder: Path) -> Path:
@@ -115,22 +102,37 @@ def make_folder(paths: RepoPaths, folder: Path) -> Path:
 
     Raises UnsafeCacheError (exit 6) naming a link or file where a folder belongs.
     """
-    if str(folder) in paths.verified:
-        return folder
+    if str(folder) not in paths.verified:
+        paths.cache_dir.mkdir(parents=True, exist_ok=True)
+        _walk_folders(paths, folder, create=True)
+    return folder
+
+
+def _walk_folders(paths: RepoPaths, folder: Path, *, create: bool) -> str | None:
+    """Check each part of `folder` below the cache with lstat (never following a link),
+    remembering the real folders in `paths.verified`; with `create`, make missing ones and
+    raise for a part that is not a folder, else describe it."""
     current = paths.cache_dir
-    current.mkdir(parents=True, exist_ok=True)
     for part in folder.relative_to(paths.cache_dir).parts:
         current = current / part
         key = str(current)
         if key in paths.verified:
             continue
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(current)
-        mode = os.lstat(current).st_mode
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(current)
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            if create:
+                raise
+            return None
         if not stat.S_ISDIR(mode):
-            raise UnsafeCacheError(current, _what(mode))
+            if create:
+                raise UnsafeCacheError(current, _what(mode))
+            return f"{current} is {_what(mode)}, where the cache needs a folder"
         paths.verified.add(key)
-    return folder
+    return None
 
 
 def _what(mode: int) -> str:
@@ -306,10 +308,16 @@ def ensure_link(paths: RepoPaths, folder: Path, file: LockedFile) -> bool:
         # A regular file where the link belongs (an older copy): replaced below.
         if stat.S_ISDIR(os.lstat(link).st_mode):
             raise UnsafeCacheError(link, "a folder", "a link to a blob") from None
+    swap_link(link, target)
+    return True
+
+
+def swap_link(link: Path, target: str) -> None:
+    """Make `link` a symlink to `target` in one rename: a reader sees the old entry or the
+    new one, never none."""
     tmp = temp_path_for(link, LINK_TEMP_SUFFIX)
     os.symlink(target, tmp)
     os.replace(tmp, link)
-    return True
 
 
 def publish_snapshot(paths: RepoPaths, revision: str, files: tuple[LockedFile, ...]) -> int:

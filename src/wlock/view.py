@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from wlock.atomic import temp_path_for
-from wlock.cache import follows_ref, repo_folder_name
+from wlock.cache import follows_ref, repo_folder_name, swap_link
 from wlock.models import Lock
 
 VIEW_FOLDER = ".wlock"
@@ -86,6 +86,4 @@ def _replace_link(link: Path, target: str) -> None:
     with contextlib.suppress(OSError):
         if os.readlink(link) == target:
             return
-    tmp = temp_path_for(link)
-    os.symlink(target, tmp)
-    os.replace(tmp, link)
+    swap_link(link, target)
