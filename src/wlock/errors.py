@@ -32,15 +32,20 @@ class WlockError(Exception):
 
     exit_code: ExitCode = ExitCode.CHECK_FAILED
     label: str = "error"
-    # Set by code that fails many files for one reason (a dead endpoint, a stalled server),
-    # so a report can say the reason once and list the files under it.
-    cause: str | None = None
-    subject: str | None = None  # the file or repo the failure is about
+    # Given by code that fails many files for one reason (a dead endpoint, a stalled
+    # server), so a report can say the reason once and list the files under it.
+    cause: str | None
+    subject: str | None  # the file or repo the failure is about
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, hint: str | None = None, cause: str | None = None,
+        subject: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.cause = cause
+        self.subject = subject
 
     def __str__(self) -> str:
         return self.message
@@ -95,8 +100,11 @@ class HubError(WlockError):
     exit_code = ExitCode.HUB
     label = "hub"
 
-    def __init__(self, message: str, *, repo: str | None = None, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
+    def __init__(
+        self, message: str, *, repo: str | None = None, hint: str | None = None,
+        cause: str | None = None, subject: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint, cause=cause, subject=subject)
         self.repo = repo
 
 

@@ -66,9 +66,12 @@ class SyncFailed(WlockError):
         codes = {f.exit_code for f in failures}
         groups: dict[str, list[WlockError]] = {}
         for failure in failures:
-            key = failure.cause or failure.message
-            if failure.cause is None and failure.subject:
+            if failure.cause:
+                key = failure.cause
+            elif failure.subject:  # the same words about another file: the same cause
                 key = failure.message.replace(f"{failure.subject}: ", "", 1)
+            else:
+                key = failure.message
             groups.setdefault(key, []).append(failure)
         lines = []
         for key, group in groups.items():
@@ -255,9 +258,12 @@ def execute_plan(
         failures, failed_blobs = _offline_failures(downloads)
         downloads = []
     elif downloads:
-        corrupt = [(r.repo, f) for r in work for f in r.corrupt]
+        # Blobs present with wrong bytes: the good ones replace them. Any other blob that
+        # appears meanwhile was published by another writer and is kept.
+        wrong_blobs: set[tuple[str, str, str]] = {
+            (*r.repo.key, f.etag) for r in work for f in r.corrupt}
         fetched_bytes, failures, failed_blobs = _download_all(
-            downloads, cache_dir, endpoint, token, jobs, connections, timeout, corrupt,
+            downloads, cache_dir, endpoint, token, jobs, connections, timeout, wrong_blobs,
             on_start, on_bytes, on_done,
         )
 
@@ -289,10 +295,10 @@ def _offline_failures(
     cause = "offline mode is on (--offline or HF_HUB_OFFLINE=1) and these are not in the cache"
     failures: list[WlockError] = []
     for repo, f in downloads:
-        error = OfflineError(f"{repo.id}/{f.path} ({human_size(f.size)}): {cause}",
-                             repo=repo.id, hint="Run `wlock sync` with network access.")
-        error.cause, error.subject = cause, f"{repo.id}/{f.path}"
-        failures.append(error)
+        failures.append(OfflineError(
+            f"{repo.id}/{f.path} ({human_size(f.size)}): {cause}", repo=repo.id,
+            hint="Run `wlock sync` with network access.", cause=cause,
+            subject=f"{repo.id}/{f.path}"))
     return failures, {(*repo.key, f.etag) for repo, f in downloads}
 
 
@@ -304,7 +310,7 @@ def _download_all(
     jobs: int,
     connections: int,
     timeout: float,
-    corrupt: list[tuple[LockedRepo, LockedFile]],
+    wrong_blobs: set[tuple[str, str, str]],
     on_start: Callable[[str, int], None] | None,
     on_bytes: Callable[[str, int], None] | None,
     on_done: Callable[[str, int], None] | None,
@@ -313,9 +319,6 @@ def _download_all(
 
     from wlock.transfer import LARGE_FILE, FetchJob, IntegrityError, Transfer
 
-    # Blobs present with wrong bytes: the good ones replace them. Any other blob that
-    # appears meanwhile was published by another writer and is kept.
-    replace = {(*r.key, f.etag) for r, f in corrupt}
     failures: list[WlockError] = []
     failed: set[tuple[str, str, str]] = set()
     fetched = 0
@@ -329,7 +332,7 @@ def _download_all(
         label = f"{repo.id}/{f.path}"
         if on_start:
             on_start(label, f.size)
-        wrong = (*repo.key, f.etag) in replace
+        wrong = (*repo.key, f.etag) in wrong_blobs
         if f.size == 0:
             write_empty_blob(paths, f, replace=wrong)
             if on_done:

@@ -34,7 +34,6 @@ from wlock.errors import (
     HubUnreachableError,
     LocalError,
     RevisionNotFoundError,
-    WlockError,
     redact,
 )
 from wlock.hashing import hash_file
@@ -199,10 +198,9 @@ class Transfer:
             raise IntegrityError(job, actual_size, actual_hash)
 
     def _down_error(self, job: FetchJob) -> HubUnreachableError:
-        error = HubUnreachableError(f"{job.label}: not fetched: {self._down}", repo=job.repo_id,
-                                    hint=_NETWORK_HINT)
-        error.cause, error.subject = self._down, job.label
-        return error
+        return HubUnreachableError(f"{job.label}: not fetched: {self._down}",
+                                   repo=job.repo_id, hint=_NETWORK_HINT, cause=self._down,
+                                   subject=job.label)
 
     # -- steps ------------------------------------------------------------------------------
 
@@ -496,24 +494,21 @@ def _transport_failure(
         return _stalled(job, timeout)
     if isinstance(e, httpx2.ConnectError | httpx2.ConnectTimeout):
         cause = f"cannot connect to {endpoint}: {redact(str(e)) or type(e).__name__}"
-        error = HubUnreachableError(f"{job.label}: {cause}", repo=job.repo_id,
-                                    hint=_NETWORK_HINT)
-        error.cause, error.subject = cause, job.label
-        return _Retryable(error, reason="unreachable")
-    error = HubUnreachableError(
+        return _Retryable(HubUnreachableError(
+            f"{job.label}: {cause}", repo=job.repo_id, hint=_NETWORK_HINT, cause=cause,
+            subject=job.label), reason="unreachable")
+    return _Retryable(HubUnreachableError(
         f"{job.label}: the connection to {endpoint} failed: "
-        f"{redact(str(e)) or type(e).__name__}", repo=job.repo_id, hint=_NETWORK_HINT)
-    error.subject = job.label
-    return _Retryable(error)
+        f"{redact(str(e)) or type(e).__name__}", repo=job.repo_id, hint=_NETWORK_HINT,
+        subject=job.label))
 
 
 def _stalled(job: FetchJob, timeout: float) -> _Retryable:
     cause = f"no data for {timeout:g}s (stalled), twice"
-    error = HubUnreachableError(
+    return _Retryable(HubUnreachableError(
         f"{job.label}: {cause}", repo=job.repo_id,
-        hint="The server stopped sending. Retry later; on a slow link raise --timeout.")
-    error.cause, error.subject = cause, job.label
-    return _Retryable(error, reason="stall")
+        hint="The server stopped sending. Retry later; on a slow link raise --timeout.",
+        cause=cause, subject=job.label), reason="stall")
 
 
 _STATUS = re.compile(r"\b([45]\d\d)\b")
@@ -525,18 +520,14 @@ def _worker_failure(job: FetchJob, detail: str) -> Exception:
     cut connection is worth another attempt. URLs lose their query strings (signed)."""
     detail = redact(detail)
     if "No space left on device" in detail or "os error 28" in detail:
-        error: WlockError = LocalError(
+        return LocalError(
             f"{job.label}: not enough space to write {job.temp.parent}: No space left on "
             "device", hint="Free some space, or point --cache-dir (or HF_HOME) at a larger "
-            "volume.")
-        error.subject = job.label
-        return error
+            "volume.", subject=job.label)
     status = _STATUS.search(detail)
     cause = (f"the download server answered {status.group(1)}" if status
              else f"the download failed: {detail}")
-    hub = HubUnreachableError(f"{job.label}: {cause}", repo=job.repo_id,
-                              hint="Retry; check the network and the endpoint.")
-    hub.subject = job.label
-    if status:
-        hub.cause = cause
-    return _Retryable(hub, reason="status" if status else "transient")
+    return _Retryable(HubUnreachableError(
+        f"{job.label}: {cause}", repo=job.repo_id,
+        hint="Retry; check the network and the endpoint.", cause=cause if status else None,
+        subject=job.label), reason="status" if status else "transient")
