@@ -3,9 +3,10 @@ on one emulator that adds the same latency to every request.
 
     python bench/small_files.py [--files 1000] [--latency-ms 50] [--runs 1] [--jobs 4]
 
-Small files are latency-bound: each costs a request (and a same-host redirect) of
-`latency` each, so the time is about files x round trips x latency / concurrency. The
-`--jobs` flag bounds the large transfers; small ones have their own concurrency.
+Small files are latency-bound: each costs a request (and, for the first few, a same-host
+redirect that wlock then skips) of `latency` each, so the time is about files x round trips
+x latency / concurrency, until the CPU of a 2-core machine is the limit. The `--jobs` flag
+bounds the large transfers; small ones have their own concurrency.
 """
 
 from __future__ import annotations

@@ -237,9 +237,9 @@ def claim_blob(
     lock = blob_lock_path(paths, file.etag)
     fd = None
     try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
+        make_folder(paths, lock.parent)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o664)
-    except OSError:
+    except (OSError, UnsafeCacheError):
         fd = None  # a read-only .locks or odd filesystem: proceed without the lock
     try:
         progress, moved = -1, time.monotonic()
@@ -293,12 +293,17 @@ def _writers_progress(paths: RepoPaths, etag: str) -> int:
     return total
 
 
-def ensure_link(paths: RepoPaths, folder: Path, file: LockedFile) -> bool:
+def ensure_link(paths: RepoPaths, folder: Path, file: LockedFile, *, fresh: bool = False
+                ) -> bool:
     """Point `<folder>/<path>` (a snapshot, or its staging folder) at its blob; True when
-    something was changed. A link or file already there is replaced, never followed."""
+    something was changed. A link or file already there is replaced, never followed.
+    `fresh`: `folder` is a staging folder this process just made, so nothing is there."""
     link = folder / file.path
     target = link_target(file.path, file.etag)
     make_folder(paths, link.parent)
+    if fresh:
+        os.symlink(target, link)
+        return True
     try:
         if os.readlink(link) == target:
             return False
@@ -320,35 +325,61 @@ def swap_link(link: Path, target: str) -> None:
     os.replace(tmp, link)
 
 
-def publish_snapshot(paths: RepoPaths, revision: str, files: tuple[LockedFile, ...]) -> int:
-    """Make `snapshots/<revision>` hold links for `files`; returns how many were made.
+class SnapshotBuild:
+    """`snapshots/<revision>` being made for `files`, its links added as their blobs land.
 
-    A snapshot that does not exist yet is built in a staging folder and renamed into place
-    whole; one that exists (another lock's subset, huggingface_hub's own download, a
-    concurrent sync that won the rename) gets the missing links in place.
+    A snapshot that does not exist yet is built in a staging folder, a link as soon as its
+    blob is in (from any thread: the links overlap the downloads), and renamed into place
+    whole by finish(). One that exists (another lock's subset, huggingface_hub's own
+    download, a concurrent sync that won the rename) gets the missing links in place, all in
+    finish(), once every blob is in. discard() drops what was built (a failed sync).
     """
-    snapshot = paths.snapshot(revision)
-    make_folder(paths, snapshot.parent)
-    if not os.path.lexists(snapshot):
-        staging = paths.staging(revision)
-        make_folder(paths, staging.parent)
-        try:
+
+    def __init__(self, paths: RepoPaths, revision: str, files: tuple[LockedFile, ...]) -> None:
+        self.paths, self.revision, self.files = paths, revision, files
+        self.snapshot = paths.snapshot(revision)
+        self.staging: Path | None = None
+        make_folder(paths, self.snapshot.parent)
+        if not os.path.lexists(self.snapshot):
+            staging = paths.staging(revision)
+            make_folder(paths, staging.parent)
             os.mkdir(staging)
             paths.verified.add(str(staging))
-            linked = sum(ensure_link(paths, staging, f) for f in files)
+            self.staging = staging
+        self._added: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, file: LockedFile) -> None:
+        """Link `file` now when building in staging (its blob must be in)."""
+        if self.staging is not None:
+            ensure_link(self.paths, self.staging, file, fresh=True)
+            with self._lock:
+                self._added.add(file.path)
+
+    def finish(self) -> int:
+        """Link what is not linked yet and put the snapshot in place; returns how many
+        links were made."""
+        if self.staging is not None:
+            for f in self.files:
+                if f.path not in self._added:
+                    self.add(f)
             try:
-                os.rename(staging, snapshot)
-                paths.verified.add(str(snapshot))
-                return linked
+                os.rename(self.staging, self.snapshot)
+                self.paths.verified.add(str(self.snapshot))
+                return len(self._added)
             except OSError:
-                if not os.path.lexists(snapshot):
+                if not os.path.lexists(self.snapshot):
                     raise
                 # Another sync published this snapshot first: complete it in place.
-        finally:
-            if os.path.lexists(staging):
-                shutil.rmtree(staging, ignore_errors=True)
-    make_folder(paths, snapshot)
-    return sum(ensure_link(paths, snapshot, f) for f in files)
+            finally:
+                self.discard()
+        make_folder(self.paths, self.snapshot)
+        return sum(ensure_link(self.paths, self.snapshot, f) for f in self.files)
+
+    def discard(self) -> None:
+        if self.staging is not None and os.path.lexists(self.staging):
+            shutil.rmtree(self.staging, ignore_errors=True)
+        self.staging = None
 
 
 def ensure_ref(paths: RepoPaths, name: str, revision: str) -> bool:

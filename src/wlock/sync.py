@@ -20,6 +20,7 @@ from stat import S_ISREG
 
 from wlock.cache import (
     RepoPaths,
+    SnapshotBuild,
     claim_blob,
     clean_stale_temps,
     ensure_ref,
@@ -28,7 +29,6 @@ from wlock.cache import (
     link_target,
     make_folder,
     publish_blob,
-    publish_snapshot,
     read_ref,
     temp_blob_path,
     write_empty_blob,
@@ -254,32 +254,45 @@ def execute_plan(
     failed_blobs: set[tuple[str, str, str]] = set()
     downloads = [(r.repo, f) for r in work for f in r.downloads]
     fetched_bytes = 0
-    if downloads and offline:
-        failures, failed_blobs = _offline_failures(downloads)
-        downloads = []
-    elif downloads:
-        # Blobs present with wrong bytes: the good ones replace them. Any other blob that
-        # appears meanwhile was published by another writer and is kept.
-        wrong_blobs: set[tuple[str, str, str]] = {
-            (*r.repo.key, f.etag) for r in work for f in r.corrupt}
-        fetched_bytes, failures, failed_blobs = _download_all(
-            downloads, cache_dir, endpoint, token, jobs, connections, timeout, wrong_blobs,
-            on_start, on_bytes, on_done,
-        )
-
-    # Links only once every blob of the repo is in, the ref last: a snapshot never points
-    # at a missing blob, and a ref never names a snapshot that is not complete.
-    linked = 0
+    # Links only to blobs that are in, the ref last: a snapshot never points at a missing
+    # blob, and a ref never names a snapshot that is not complete. A new snapshot is built
+    # in staging while the downloads run and put in place once its repo has no failure.
+    builds: dict[tuple[str, str], SnapshotBuild] = {}
     try:
-        for r in work:
-            if any(failed[:2] == r.repo.key for failed in failed_blobs):
-                continue
-            paths = RepoPaths.of(cache_dir, r.repo)
-            linked += publish_snapshot(paths, r.repo.revision, (*r.fetch, *r.corrupt, *r.link))
-            if r.ref:
-                ensure_ref(paths, r.ref, r.repo.revision)
-    except OSError as e:
-        raise _local(e, cache_dir) from e
+        try:
+            for r in work:
+                builds[r.repo.key] = SnapshotBuild(
+                    RepoPaths.of(cache_dir, r.repo), r.repo.revision,
+                    (*r.fetch, *r.corrupt, *r.link))
+        except OSError as e:
+            raise _local(e, cache_dir) from e
+        if downloads and offline:
+            failures, failed_blobs = _offline_failures(downloads)
+            downloads = []
+        elif downloads:
+            # Blobs present with wrong bytes: the good ones replace them. Any other blob that
+            # appears meanwhile was published by another writer and is kept.
+            wrong_blobs: set[tuple[str, str, str]] = {
+                (*r.repo.key, f.etag) for r in work for f in r.corrupt}
+            fetched_bytes, failures, failed_blobs = _download_all(
+                downloads, cache_dir, endpoint, token, jobs, connections, timeout, wrong_blobs,
+                builds, on_start, on_bytes, on_done,
+            )
+        linked = 0
+        try:
+            for r in work:
+                build = builds[r.repo.key]
+                if any(failed[:2] == r.repo.key for failed in failed_blobs):
+                    build.discard()
+                    continue
+                linked += build.finish()
+                if r.ref:
+                    ensure_ref(build.paths, r.ref, r.repo.revision)
+        except OSError as e:
+            raise _local(e, cache_dir) from e
+    finally:
+        for build in builds.values():
+            build.discard()  # what a failure or Ctrl-C left in staging
 
     if failures:
         if len(failures) == 1:
@@ -311,6 +324,7 @@ def _download_all(
     connections: int,
     timeout: float,
     wrong_blobs: set[tuple[str, str, str]],
+    builds: dict[tuple[str, str], SnapshotBuild],
     on_start: Callable[[str, int], None] | None,
     on_bytes: Callable[[str, int], None] | None,
     on_done: Callable[[str, int], None] | None,
@@ -328,20 +342,24 @@ def _download_all(
             on_bytes(job.label, n)
 
     def one(repo: LockedRepo, f: LockedFile) -> int:
-        paths = RepoPaths.of(cache_dir, repo)
+        fetched = _one(repo, f)
+        builds[repo.key].add(f)  # its blob is in
+        if on_done:
+            on_done(f"{repo.id}/{f.path}", f.size)
+        return fetched
+
+    def _one(repo: LockedRepo, f: LockedFile) -> int:
+        # One RepoPaths per repo, shared by its files: it remembers the folders checked.
+        paths = builds[repo.key].paths
         label = f"{repo.id}/{f.path}"
         if on_start:
             on_start(label, f.size)
         wrong = (*repo.key, f.etag) in wrong_blobs
         if f.size == 0:
             write_empty_blob(paths, f, replace=wrong)
-            if on_done:
-                on_done(label, 0)
             return 0
         with claim_blob(paths, f, stall=timeout, stop=transfer.stopped) as mine:
             if not mine and not wrong:
-                if on_done:
-                    on_done(label, f.size)
                 return 0  # another sync (another node) published it meanwhile
             for attempt in (1, 2):
                 job = FetchJob(
@@ -363,12 +381,10 @@ def _download_all(
                             "the Hub or a proxy is serving other bytes than the lock names.",
                         ) from None
             publish_blob(job.temp, paths.blob(f.etag), replace=wrong)
-        if on_done:
-            on_done(label, f.size)
         return f.size
 
     with Transfer(endpoint, token, jobs=jobs, connections=connections, timeout=timeout,
-                  small_concurrency=SMALL_CONCURRENCY, on_bytes=report) as transfer, \
+                  on_bytes=report) as transfer, \
             ThreadPoolExecutor(max_workers=jobs) as large, \
             ThreadPoolExecutor(max_workers=SMALL_CONCURRENCY) as small:
         # Two pools: --jobs bounds the large transfers (each a worker process and several

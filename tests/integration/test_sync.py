@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from huggingface_hub import hf_hub_download, scan_cache_dir, snapshot_download
@@ -25,6 +27,7 @@ from tests.conftest import (
     write_project,
 )
 from wlock.lockfile import read_lock
+from wlock.sync import SMALL_CONCURRENCY
 
 BIG = 24 * 1024 * 1024  # above transfer.LARGE_FILE: goes through hf_transfer
 
@@ -415,17 +418,61 @@ def test_transient_failures_are_retried(hub: Hub, tmp_path: Path, big_repo: str)
     lock(hub, project)
     cache = tmp_path / "cache"
     hub.process.faults(
-        {"action": "status", "match": "tiny-bert/resolve/[0-9a-f]{40}/config.json", "status": 429,
-         "retry_after": 1, "times": 2},
+        {"action": "status", "match": "tiny-bert/(resolve/)?[0-9a-f]{40}/config.json$",
+         "status": 429, "retry_after": 1, "times": 2},
         {"action": "status", "match": "/api/resolve-cache/", "status": 502, "times": 2},
         {"action": "drop", "match": "/objects/", "times": 3},
     )
     result = sync(hub, project, cache)
     assert result.code == 0, result.stderr
     log = hub.process.stats()["log"]
-    assert sum("tiny-bert/resolve/" in r["path"] and r["path"].endswith("/config.json")
-               for r in log) == 3  # two 429s, then the answer
+    statuses = [r["status"] for r in log if re.search(
+        "tiny-bert/(resolve/)?[0-9a-f]{40}/config.json$", urlsplit(r["path"]).path)]
+    assert statuses[:2] == [429, 429] and statuses[-1] == 200, statuses  # retried to the end
     assert check(project, cache).code == 0
+
+
+def _file_requests(hub: Hub, repo_id: str) -> tuple[int, int]:
+    """(requests to /resolve, requests to the cache URL it redirects small files to)."""
+    paths = [urlsplit(r["path"]).path for r in hub.process.stats()["log"]
+             if r["listener"] == "hub"]
+    return (sum(f"{repo_id}/resolve/" in p for p in paths),
+            sum(p.startswith(f"/api/resolve-cache/models/{repo_id}/") for p in paths))
+
+
+def test_small_files_take_one_round_trip_once_the_redirect_is_known(
+    hub: Hub, tmp_path: Path
+) -> None:
+    repo_id = hub.unique_id("many")
+    files = 150
+    hub.builder.commit("model", repo_id, {f"f/{n:03d}.json": os.urandom(100 + n)
+                                          for n in range(files)})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    hub.process.reset_stats()
+    assert sync(hub, project, tmp_path / "cache").code == 0
+    resolved, direct = _file_requests(hub, repo_id)
+    # Only the files started before the first redirect came back went through /resolve.
+    assert resolved <= SMALL_CONCURRENCY and direct == files, (resolved, direct)
+    assert check(project, tmp_path / "cache").code == 0
+
+
+def test_a_cache_url_that_is_refused_falls_back_to_resolve(hub: Hub, tmp_path: Path) -> None:
+    repo_id = hub.unique_id("fallback")
+    files = 120
+    hub.builder.commit("model", repo_id, {f"f/{n:03d}.json": os.urandom(100 + n)
+                                          for n in range(files)})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    hub.process.reset_stats()
+    # A Hub that redirects to its cache URL but refuses requests that did not come through
+    # /resolve: here, every cache URL request without the redirect's query.
+    hub.process.faults({"action": "status", "status": 404, "listener": "hub",
+                        "match": "^/api/resolve-cache/", "query": "^$"})
+    assert sync(hub, project, tmp_path / "cache").code == 0
+    resolved, direct = _file_requests(hub, repo_id)
+    assert resolved == files, (resolved, direct)  # each file, in the end, through /resolve
+    assert check(project, tmp_path / "cache").code == 0
 
 
 def test_persistent_server_errors_give_up_with_exit_5(hub: Hub, tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ connection silent for `seconds`, default 600), `corrupt` (flip one byte of the b
 `drop` (close the connection without answering), `delay` (`delay_ms`), and
 `inject_file` (add `name` to every file listing of the matched repo: a malicious listing).
 A rule with `times` fires that many times, then stops; without it, it fires forever.
+`match` is searched in the URL's path; `query`, when given, must also be found in its query
+string (`"query": "^$"`: only requests without one).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Rule:
     method: str | None = None
     listener: str | None = None
     times: int | None = None
+    query: re.Pattern[str] | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -39,13 +42,14 @@ class Rule:
         action = raw["action"]
         if action not in ACTIONS:
             raise ValueError(f"unknown fault action {action!r}")
-        known = {"action", "match", "method", "listener", "times"}
+        known = {"action", "match", "method", "listener", "times", "query"}
         return cls(
             action=action,
             match=re.compile(raw.get("match", "")),
             method=raw.get("method"),
             listener=raw.get("listener"),
             times=raw.get("times"),
+            query=re.compile(raw["query"]) if "query" in raw else None,
             params={k: v for k, v in raw.items() if k not in known},
         )
 
@@ -66,7 +70,8 @@ class Faults:
             self.tree_page_size = int(raw.get("tree_page_size", 1000))
             self._rules = rules
 
-    def take(self, listener: str, method: str, path: str, actions: frozenset[str]) -> Rule | None:
+    def take(self, listener: str, method: str, path: str, actions: frozenset[str],
+             query: str = "") -> Rule | None:
         """The first live rule among `actions` matching this request; counts one firing."""
         with self._lock:
             for rule in self._rules:
@@ -77,6 +82,8 @@ class Faults:
                 if rule.method and rule.method != method:
                     continue
                 if not rule.match.search(path):
+                    continue
+                if rule.query is not None and not rule.query.search(query):
                     continue
                 if rule.times is not None:
                     rule.times -= 1

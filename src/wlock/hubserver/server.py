@@ -41,20 +41,24 @@ class Stats:
         self.authorized = {"hub": 0, "cdn": 0}
         self.log: deque[dict[str, Any]] = deque(maxlen=5000)
 
-    def record(self, listener: str, method: str, path: str, authorized: bool) -> None:
+    def record(self, listener: str, method: str, path: str, authorized: bool
+               ) -> dict[str, Any]:
+        """Log a request as it arrives; the returned entry gets its `status` once sent (a
+        test can then tell that a fault fired)."""
+        entry = {"listener": listener, "method": method, "path": path, "auth": authorized,
+                 "status": None}
         with self._lock:
             self.requests[listener] += 1
             self.authorized[listener] += int(authorized)
-            self.log.append(
-                {"listener": listener, "method": method, "path": path, "auth": authorized}
-            )
+            self.log.append(entry)
+        return entry
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             return {
                 "requests": dict(self.requests),
                 "authorized": dict(self.authorized),
-                "log": list(self.log),
+                "log": [dict(entry) for entry in self.log],
             }
 
     def reset(self) -> None:
@@ -134,8 +138,18 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Listener
     server_version = "wlock-hub-emulator"
+    # Headers and body go out in two writes: with Nagle's algorithm on, a keep-alive client
+    # then waits ~40 ms (its delayed ACK) for every body. The Hub's servers answer at once.
+    disable_nagle_algorithm = True
+
+    _logged: dict[str, Any] | None = None
 
     # -- plumbing --------------------------------------------------------------------------
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        if self._logged is not None:
+            self._logged["status"] = code
+        super().send_response(code, message)
 
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.app.verbose:
@@ -163,14 +177,16 @@ class _Handler(BaseHTTPRequestHandler):
         listener = self.server.name
         url = urlsplit(self.path)
         body = self._body() if method == "POST" else b""
+        self._logged = None
         try:
             if listener == "hub" and url.path.startswith("/_emulator/"):
                 self._control(method, url.path, body)
                 return
-            app.stats.record(listener, method, self.path, "Authorization" in self.headers)
+            self._logged = app.stats.record(
+                listener, method, self.path, "Authorization" in self.headers)
             if app.faults.latency_ms:
                 time.sleep(app.faults.latency_ms / 1000)
-            rule = app.faults.take(listener, method, url.path, _EARLY_ACTIONS)
+            rule = app.faults.take(listener, method, url.path, _EARLY_ACTIONS, url.query)
             if rule and rule.action == "delay":
                 time.sleep(float(rule.params.get("delay_ms", 0)) / 1000)
             elif rule and rule.action == "drop":
@@ -240,8 +256,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "HEAD" or length == 0:
             return
+        url = urlsplit(self.path)
         rule = self.server.app.faults.take(
-            self.server.name, self.command, urlsplit(self.path).path, _BODY_ACTIONS
+            self.server.name, self.command, url.path, _BODY_ACTIONS, url.query
         )
         with open(path, "rb") as f:
             if rule is None:
