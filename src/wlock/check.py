@@ -1,7 +1,8 @@
 """Lock + cache -> CheckReport, offline: every byte re-hashed against the lock.
 
-Each distinct blob is hashed once, on all cores (hashlib releases the GIL), largest first so
-the longest hash starts at once. The CLI decides the exit code from the report.
+Each distinct blob (inode) is hashed once, on all cores (hashlib releases the GIL), largest
+first within each batch of files so the longest hash starts at once; memory stays flat for a
+lock of a million files. The CLI decides the exit code from the report.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from pathlib import Path
 from wlock.cache import RepoPaths, folder_problem, follows_ref, link_target, read_ref
 from wlock.hashing import hash_files
 from wlock.models import CheckReport, Lock, LockedFile, LockedRepo, Problem
+
+# Files are located and hashed this many at a time: memory stays flat whatever the lock's
+# size, and within a batch the largest blob is hashed first.
+BATCH = 4096
 
 
 def check_cache(
@@ -30,18 +35,24 @@ def check_cache(
     started = time.monotonic()
     problems: list[Problem] = []
     notes: list[Problem] = []
-    to_hash: dict[str, tuple[LockedFile, list[tuple[LockedRepo, LockedFile]]]] = {}
+    # Each blob (inode) is hashed once, however many paths and repos use it.
+    good: set[tuple[int, int]] = set()
+    bad: dict[tuple[int, int], str] = {}
+    hashed = 0
     files = 0
     real_cache = os.path.realpath(cache_dir)
     for repo in lock.repos:
         paths = RepoPaths.of(cache_dir, repo)
+        batch: list[tuple[LockedFile, str, tuple[int, int]]] = []
         for f in repo.files:
             files += 1
-            real = _locate(paths, repo, f, problems, real_cache)
-            if real is None:
-                continue
-            entry = to_hash.setdefault(real, (f, []))
-            entry[1].append((repo, f))
+            located = _locate(paths, repo, f, problems, real_cache)
+            if located is not None:
+                batch.append((f, *located))
+            if len(batch) == BATCH:
+                hashed += _hash_batch(repo, batch, good, bad, problems, jobs, on_hashed)
+                batch = []
+        hashed += _hash_batch(repo, batch, good, bad, problems, jobs, on_hashed)
         if follows_ref(repo):
             # The cache may be shared with projects that lock the same branch elsewhere:
             # a ref at another commit is worth saying, not a failure. `wlock run` gives this
@@ -50,31 +61,50 @@ def check_cache(
             if ref != repo.revision:
                 notes.append(Problem("wrong-ref", repo.kind, repo.id, f"refs/{repo.requested}",
                                      repo.revision, ref))
-
-    hashed = 0
-    entries = list(to_hash.items())
-    digests = hash_files([(Path(real), f.hash_kind, f.size) for real, (f, _) in entries],
-                         jobs=jobs, on_hashed=on_hashed)
-    for (_, (f, users)), actual in zip(entries, digests, strict=True):
-        if isinstance(actual, OSError):
-            raise actual
-        hashed += f.size
-        if actual != f.etag:
-            for repo, user in users:
-                problems.append(Problem("wrong-hash", repo.kind, repo.id, user.path,
-                                        f"{user.hash_kind} {user.etag}", actual))
     problems.sort(key=lambda p: (p.repo_kind, p.repo_id, p.path))
     return CheckReport(cache_dir=str(cache_dir), repos=len(lock.repos), files=files,
                        bytes_hashed=hashed, problems=tuple(problems),
                        seconds=time.monotonic() - started, notes=tuple(notes))
 
 
+def _hash_batch(
+    repo: LockedRepo,
+    batch: list[tuple[LockedFile, str, tuple[int, int]]],
+    good: set[tuple[int, int]],
+    bad: dict[tuple[int, int], str],
+    problems: list[Problem],
+    jobs: int | None,
+    on_hashed: Callable[[int], None] | None,
+) -> int:
+    """Hash the blobs of `batch` not judged yet; record a problem for every file whose blob
+    is wrong. Returns the bytes hashed."""
+    todo: dict[tuple[int, int], tuple[str, LockedFile]] = {}
+    for f, real, inode in batch:
+        if inode not in good and inode not in bad:
+            todo.setdefault(inode, (real, f))
+    items = list(todo.items())
+    digests = hash_files([(Path(real), f.hash_kind, f.size) for _, (real, f) in items],
+                         jobs=jobs, on_hashed=on_hashed)
+    for (inode, (_, f)), actual in zip(items, digests, strict=True):
+        if isinstance(actual, OSError):
+            raise actual
+        if actual == f.etag:
+            good.add(inode)
+        else:
+            bad[inode] = actual
+    for f, _, inode in batch:
+        if inode in bad:
+            problems.append(Problem("wrong-hash", repo.kind, repo.id, f.path,
+                                    f"{f.hash_kind} {f.etag}", bad[inode]))
+    return sum(f.size for _, (_, f) in items)
+
+
 def _locate(
     paths: RepoPaths, repo: LockedRepo, f: LockedFile, problems: list[Problem], real_cache: str
-) -> str | None:
-    """The real path of the file's bytes, after checking the snapshot entry, where it leads
-    and its size. Only a regular file inside the cache is ever opened: never a FIFO, a
-    device, or a file a planted link points at."""
+) -> tuple[str, tuple[int, int]] | None:
+    """The real path and the inode of the file's bytes, after checking the snapshot entry,
+    where it leads and its size. Only a regular file inside the cache is ever opened: never
+    a FIFO, a device, or a file a planted link points at."""
     link = paths.link(repo.revision, f.path)
     if unsafe := folder_problem(paths, link.parent):
         problems.append(Problem("unsafe", repo.kind, repo.id, f.path, "a folder", unsafe))
@@ -110,4 +140,4 @@ def _locate(
         problems.append(Problem("wrong-size", repo.kind, repo.id, f.path,
                                 f"{f.size} bytes", f"{st.st_size} bytes"))
         return None
-    return real
+    return real, (st.st_dev, st.st_ino)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from array import array
+from binascii import unhexlify
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, overload
 
 RepoKind = Literal["model", "dataset"]
 REPO_KINDS: tuple[RepoKind, ...] = ("model", "dataset")
@@ -68,13 +71,102 @@ class LockedFile:
         return digest
 
 
+class FileTable(Sequence[LockedFile]):
+    """A repo's locked files stored by column, for locks with very many files.
+
+    A LockedFile object costs about 270 bytes (the object, its path, its hex digest, its
+    size): a million of them would be 270 MB before any work. Here the paths are one
+    string, the sizes one array, the digests raw bytes: about 75 bytes a file. Entries are
+    LockedFile values made on access, so code that reads a lock sees one type either way.
+    """
+
+    __slots__ = ("_digests", "_paths", "_sha256", "_sizes", "_starts")
+
+    def __init__(self) -> None:
+        self._paths = bytearray()  # UTF-8, one after another
+        self._starts = array("Q", [0])
+        self._sizes = array("q")
+        self._digests = bytearray()  # 32 bytes a file; a git-sha1 is padded with zeros
+        self._sha256 = bytearray()  # 1 for sha256, 0 for git-sha1
+
+    def append(self, path: str, size: int, digest: str, sha256: bool) -> None:
+        self._paths += path.encode()
+        self._starts.append(len(self._paths))
+        self._sizes.append(size)
+        self._digests += bytes.fromhex(digest).ljust(32, b"\0")
+        self._sha256.append(sha256)
+
+    def append_rendered(self, path: bytes, size: int, digest: bytes, sha256: bool) -> None:
+        """append() for the lock reader: the path in UTF-8, the digest in ASCII hex."""
+        self._paths += path
+        self._starts.append(len(self._paths))
+        self._sizes.append(size)
+        self._digests += unhexlify(digest).ljust(32, b"\0")
+        self._sha256.append(sha256)
+
+    def find(self, path: bytes) -> int | None:
+        """The index of `path` (UTF-8) in a table appended in sorted order, or None."""
+        lo, hi = 0, len(self)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            here = self._paths[self._starts[mid]:self._starts[mid + 1]]
+            if here == path:
+                return mid
+            if here < path:
+                lo = mid + 1
+            else:
+                hi = mid
+        return None
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    @overload
+    def __getitem__(self, index: int) -> LockedFile: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[LockedFile, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> LockedFile | tuple[LockedFile, ...]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self))))
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._file(index)
+
+    def _file(self, i: int) -> LockedFile:
+        path = self._paths[self._starts[i]:self._starts[i + 1]].decode()
+        if self._sha256[i]:
+            return LockedFile(path, self._sizes[i], sha256=self._digests[32 * i:32 * i + 32].hex())
+        return LockedFile(path, self._sizes[i], git_sha1=self._digests[32 * i:32 * i + 20].hex())
+
+    def __iter__(self) -> Iterator[LockedFile]:
+        for i in range(len(self)):
+            yield self._file(i)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FileTable):
+            return (self._paths, self._starts, self._sizes, self._digests, self._sha256) == (
+                other._paths, other._starts, other._sizes, other._digests, other._sha256)
+        if isinstance(other, Sequence):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))  # equal to a tuple of the same files, as __eq__ says
+
+    def __repr__(self) -> str:
+        return f"FileTable({len(self)} files)"
+
+
 @dataclass(frozen=True, slots=True)
 class LockedRepo:
     kind: RepoKind
     id: str
     requested: str
     revision: str
-    files: tuple[LockedFile, ...]
+    files: Sequence[LockedFile]  # a tuple, or a FileTable for a lock read from disk
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
 
@@ -137,8 +229,13 @@ class RepoSyncPlan:
     fetch: tuple[LockedFile, ...]  # blob missing: download (one per distinct blob)
     corrupt: tuple[LockedFile, ...]  # blob present with the wrong size: download again
     link: tuple[LockedFile, ...]  # blob present (maybe from another revision): link only
-    present: tuple[LockedFile, ...]
+    present: int  # how many files are in place (not kept one by one: locks can be huge)
     ref: str | None  # refs/<name> to write, when missing or pointing elsewhere
+
+    def in_place(self) -> Iterator[LockedFile]:
+        """The files whose blob is present with the right size (linked or to link)."""
+        missing = {f.path for f in (*self.fetch, *self.corrupt)}
+        return (f for f in self.repo.files if f.path not in missing)
 
     @property
     def downloads(self) -> tuple[LockedFile, ...]:
@@ -177,7 +274,7 @@ class SyncPlan:
 
     @property
     def files_present(self) -> int:
-        return sum(len(r.present) for r in self.repos)
+        return sum(r.present for r in self.repos)
 
     @property
     def is_noop(self) -> bool:

@@ -111,7 +111,7 @@ def _verified(
     blobs: dict[str, LockedFile] = {}
     for r in plan.repos:
         paths = RepoPaths.of(Path(plan.cache_dir), r.repo)
-        for f in (*r.present, *r.link):
+        for f in r.in_place():
             blobs.setdefault(str(paths.blob(f.etag)), f)
     items = list(blobs.items())
     digests = hash_files([(Path(path), f.hash_kind, f.size) for path, f in items],
@@ -123,30 +123,31 @@ def _verified(
     repos = []
     for r in plan.repos:
         paths = RepoPaths.of(Path(plan.cache_dir), r.repo)
-
-        def is_bad(f: LockedFile, paths: RepoPaths = paths) -> bool:
-            return str(paths.blob(f.etag)) in bad
-
-        repos.append(replace(
-            r, corrupt=(*r.corrupt, *(f for f in (*r.present, *r.link) if is_bad(f))),
-            present=tuple(f for f in r.present if not is_bad(f)),
-            link=tuple(f for f in r.link if not is_bad(f)),
-        ))
+        wrong = tuple(f for f in r.in_place() if str(paths.blob(f.etag)) in bad)
+        if not wrong:
+            repos.append(r)
+            continue
+        moved = {f.path for f in wrong}
+        link = tuple(f for f in r.link if f.path not in moved)
+        # Each wrong file leaves `link` or the files in place, for `corrupt`.
+        present = r.present - (len(wrong) - (len(r.link) - len(link)))
+        repos.append(replace(r, corrupt=(*r.corrupt, *wrong), link=link, present=present))
     return replace(plan, repos=tuple(repos))
 
 
 def _plan_repo(repo: LockedRepo, cache_dir: Path) -> RepoSyncPlan:
     paths = RepoPaths.of(cache_dir, repo)
     # Plain strings, not Path objects: this loop is the whole cost of a no-op sync, and
-    # pathlib's `/` costs more than the readlink and stat themselves.
+    # pathlib's `/` costs more than the readlink and stat themselves. Nothing is kept per
+    # file in place (a million-file lock plans in flat memory): only what needs work.
     snapshot = f"{paths.snapshot(repo.revision)}/"
     blobs = f"{paths.blobs}/"
     blobs_ok = folder_problem(paths, paths.blobs) is None
     # A folder on the way to a link that is itself a link (out of the cache) means nothing
     # under it is present: execution then refuses to write through it, naming it (exit 6).
     folders_ok: dict[str, bool] = {}
-    fetch, corrupt, link, present = [], [], [], []
-    blob_sizes: dict[str, int | None] = {}
+    fetch, corrupt, link = [], [], []
+    present = 0
     for f in repo.files:
         etag = f.etag
         parent = f.path.rpartition("/")[0]
@@ -158,27 +159,25 @@ def _plan_repo(repo: LockedRepo, cache_dir: Path) -> RepoSyncPlan:
                 os.readlink(snapshot + f.path) == link_target(f.path, etag))
         except OSError:
             link_ok = False
-        if etag not in blob_sizes:
-            try:
-                st = os.stat(blobs + etag)
-                # Only a regular file counts: a FIFO or a device is refetched and replaced.
-                blob_sizes[etag] = st.st_size if blobs_ok and S_ISREG(st.st_mode) else -1
-            except OSError:
-                blob_sizes[etag] = None
-        size = blob_sizes[etag]
+        try:
+            st = os.stat(blobs + etag)
+            # Only a regular file counts: a FIFO or a device is refetched and replaced.
+            size: int | None = st.st_size if blobs_ok and S_ISREG(st.st_mode) else -1
+        except OSError:
+            size = None
         if size is None:
             fetch.append(f)
         elif size != f.size:
             corrupt.append(f)
         elif link_ok:
-            present.append(f)
+            present += 1
         else:
             link.append(f)
     ref = None
     if follows_ref(repo) and read_ref(paths, repo.requested) != repo.revision:
         ref = repo.requested
     return RepoSyncPlan(repo=repo, fetch=tuple(fetch), corrupt=tuple(corrupt),
-                        link=tuple(link), present=tuple(present), ref=ref)
+                        link=tuple(link), present=present, ref=ref)
 
 
 def tidy(plan: SyncPlan) -> int:

@@ -100,6 +100,10 @@ def test_fuzzed_locks_are_read_or_refused_with_a_line(seed: int, tmp_path: Path)
     path = tmp_path / "weights.lock"
     path.write_text(mutate(LOCK_SEED, random.Random(seed)), encoding="utf-8")
     lock = refused_or_read(path, read_lock)
+    # The reader of rendered locks (columns, no TOML parser for the file lists) accepts and
+    # refuses exactly what the full reader does.
+    full = refused_or_read(path, lambda p: read_lock(p, text=p.read_text(encoding="utf-8")))
+    assert lock == full
     if lock is not None:
         cache = tmp_path / "cache"
         plan_sync(lock, cache)

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import json
+import random
 from pathlib import Path
 
 import pytest
 
 from wlock.errors import InvalidFileError
-from wlock.lockfile import read_lock, render_lock, write_lock
-from wlock.models import Lock, LockedFile, LockedRepo
+from wlock.lockfile import _RENDERED_FILE, read_lock, render_lock, write_lock
+from wlock.models import FileTable, Lock, LockedFile, LockedRepo
 from wlock.names import file_path_problem
 
 COMMIT_A = "558d4e6e9545d3c930caa62f5f64a3ff83705c84"
@@ -165,3 +167,68 @@ def test_hash_file_matches_hashlib_and_git(tmp_path: Path, size: int) -> None:
     if size == 0:
         assert hash_file(path, "git-sha1") == "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
 
+
+
+def _rendered_lock(paths: list[str]) -> Lock:
+    return Lock(manifest_digest="blake3:" + "0" * 64, repos=(LockedRepo(
+        kind="model", id="acme/many", requested="main", revision=COMMIT_A,
+        files=tuple(LockedFile(path=p, size=n, git_sha1=f"{n:040x}")
+                    for n, p in enumerate(paths))),))
+
+
+def test_a_rendered_lock_is_read_into_columns_equal_to_the_full_reading(tmp_path: Path) -> None:
+    path = tmp_path / "weights.lock"
+    write_lock(path, LOCK)
+    fast, full = read_lock(path), read_lock(path, text=path.read_text(encoding="utf-8"))
+    assert [type(r.files) for r in fast.repos] == [FileTable, FileTable]
+    assert [type(r.files) for r in full.repos] == [tuple, tuple]
+    assert fast == full
+    assert {r.id: list(r.files) for r in fast.repos} == {
+        r.id: sorted(r.files, key=lambda f: f.path) for r in LOCK.repos}
+
+
+@pytest.mark.parametrize("paths", [
+    ["a", "a/b"],  # a file that is also a folder
+    ["a/b/c", "a/b"],
+    ["x/y", "x/y/z/w"],
+    ["b", "a"],  # not sorted, as the writer sorts
+])
+def test_a_layout_the_writer_never_makes_is_refused_by_both_readers(
+    tmp_path: Path, paths: list[str]
+) -> None:
+    path = tmp_path / "weights.lock"
+    text = render_lock(_rendered_lock(paths))
+    if paths == ["b", "a"]:  # render sorts: unsort the two lines by hand
+        lines = text.splitlines(keepends=True)
+        i = next(n for n, line in enumerate(lines) if 'path = "a"' in line)
+        lines[i], lines[i + 1] = lines[i + 1], lines[i]
+        text = "".join(lines)
+        assert read_lock(_write(path, text)) == read_lock(path, text=text)  # both accept it
+        assert type(read_lock(path).repos[0].files) is tuple  # through the full reader
+        return
+    with pytest.raises(InvalidFileError) as fast:
+        read_lock(_write(path, text))
+    with pytest.raises(InvalidFileError) as full:
+        read_lock(path, text=text)
+    assert str(fast.value) == str(full.value) and "as a file and as the folder" in str(full.value)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_the_fast_path_pattern_is_the_path_rule_of_names() -> None:
+    """_RENDERED_FILE takes a path iff names.file_path_problem accepts it and the writer
+    writes it without an escape: one rule, written twice for speed, held equal here."""
+    rng = random.Random(7)
+    alphabet = ["a", "b", "/", ".", "..", "\\", "\x00", "\n", '"', "é", " ", "\x7f", "\t"]
+    cases = ["a", "a/b", ".a", "a.", "..a", "a/.b", "./a", "a/./b", "a/../b", "../a", "/a",
+             "a/", "a//b", ".", "..", "...", "a/...", "é/ü x.json"]
+    cases += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8)))
+              for _ in range(3000)]
+    for case in cases:
+        line = render_lock(_rendered_lock([case])).splitlines(keepends=True)[-2]
+        taken = _RENDERED_FILE.fullmatch(line.encode()) is not None
+        plain = json.dumps(case, ensure_ascii=False) == f'"{case}"' and "\x7f" not in case
+        assert taken == (file_path_problem(case) is None and plain), repr(case)

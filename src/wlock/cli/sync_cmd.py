@@ -144,7 +144,7 @@ def _plan_json(plan: SyncPlan) -> dict[str, object]:
             {
                 "kind": r.repo.kind, "id": r.repo.id, "revision": r.repo.revision,
                 "fetch": [f.path for f in r.fetch], "corrupt": [f.path for f in r.corrupt],
-                "link": [f.path for f in r.link], "present": len(r.present), "ref": r.ref,
+                "link": [f.path for f in r.link], "present": r.present, "ref": r.ref,
                 "bytes_to_fetch": sum(f.size for f in r.downloads),
             }
             for r in plan.repos
@@ -163,7 +163,7 @@ def _render_plan(plan: SyncPlan, as_json: bool) -> None:
         parts = [f"fetch {len(r.downloads)} ({human_size(sum(f.size for f in r.downloads))})"]
         if r.corrupt:
             parts.append(f"{len(r.corrupt)} of them corrupt")
-        parts += [f"link {len(r.link)}", f"present {len(r.present)}"]
+        parts += [f"link {len(r.link)}", f"present {r.present}"]
         if r.ref:
             parts.append(f"ref {r.ref}")
         click.echo(f"  {r.repo.kind} {r.repo.id} @ {r.repo.revision[:7]}: {', '.join(parts)}")
