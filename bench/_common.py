@@ -7,6 +7,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +49,41 @@ def shards_repo(root: Path, shards: int, shard_mb: int, small: int) -> Path:
     for generated in (root / "gen").iterdir():
         generated.unlink()  # the store holds its own copy (or a hard link)
     return root / "store"
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of `pid` and all its descendants now (0 once it is gone)."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                total += sum(tree_rss(int(child)) for child in f.read().split())
+    except (OSError, ValueError):
+        pass
+    return total
+
+
+def measured(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
+             ) -> tuple[float, int]:
+    """Run `argv` like run(); returns (seconds, peak resident bytes of its whole process
+    tree, sampled every 20 ms: the parent and its workers together)."""
+    with tempfile.TemporaryFile() as stderr:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **(env or {})},
+                                stdout=subprocess.DEVNULL, stderr=stderr)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, tree_rss(proc.pid))
+            time.sleep(0.02)
+        seconds = time.perf_counter() - started
+        if proc.returncode != 0:
+            stderr.seek(0)
+            raise subprocess.CalledProcessError(proc.returncode, argv, stderr=stderr.read())
+    return seconds, peak
 
 
 def timed(fn: Callable[[], object]) -> float:

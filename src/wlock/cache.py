@@ -410,20 +410,28 @@ def clean_stale_temps(paths: RepoPaths, revision: str, *, deep: bool = True) -> 
     for folder in folders:
         if folder_problem(paths, folder) is not None or not os.path.isdir(folder):
             continue
-        for dirpath, dirnames, names in os.walk(folder):
-            for name in [*names, *dirnames]:
-                if not name.endswith((TEMP_SUFFIX, LINK_TEMP_SUFFIX)):
-                    continue
-                path = os.path.join(dirpath, name)
-                if _stale(paths, name, path, now):
-                    with contextlib.suppress(FileNotFoundError):
-                        if name in dirnames and not os.path.islink(path):
-                            shutil.rmtree(path)
-                        else:
-                            os.unlink(path)
-                        removed += 1
-            dirnames[:] = [d for d in dirnames if not d.endswith(LINK_TEMP_SUFFIX)]
+        for entry in _walk(str(folder)):
+            if not entry.name.endswith((TEMP_SUFFIX, LINK_TEMP_SUFFIX)):
+                continue
+            if _stale(paths, entry.name, entry.path, now):
+                with contextlib.suppress(FileNotFoundError):
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path)
+                    else:
+                        os.unlink(entry.path)
+                    removed += 1
     return removed
+
+
+def _walk(folder: str) -> Iterator[os.DirEntry[str]]:
+    """Every entry under `folder`, streamed (a blobs/ folder of a million files is never
+    held as a list); links and temp folders are not entered."""
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            yield entry
+            if entry.is_dir(follow_symlinks=False) and not entry.name.endswith(
+                    LINK_TEMP_SUFFIX):
+                yield from _walk(entry.path)
 
 
 def _stale(paths: RepoPaths, name: str, path: str, now: float) -> bool:

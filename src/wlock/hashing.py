@@ -18,58 +18,111 @@ from typing import Any
 
 CHUNK = 16 * 1024 * 1024
 MMAP_FROM = 1024 * 1024
+DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+# A thread of HashPool takes small files this many (or this many bytes) at a time.
+GROUP_FILES = 256
+GROUP_BYTES = 4 * 1024 * 1024
 
 
-def hash_file(path: Path, kind: str) -> str:
+def hash_file(path: str | Path, kind: str) -> str:
     """Hex digest of `path`: kind "sha256" (LFS content) or "git-sha1" (git blob id)."""
-    with open(path, "rb", buffering=0) as f:
-        actual = os.fstat(f.fileno()).st_size
-        digest: Any
-        if kind == "sha256":
-            digest = hashlib.sha256()
-        else:
-            digest = hashlib.sha1(usedforsecurity=False)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        actual = os.fstat(fd).st_size
+        digest: Any = hashlib.sha256() if kind == "sha256" else hashlib.sha1(
+            usedforsecurity=False)
+        if actual < MMAP_FROM:
+            # One read for a small file (read on to the end in case it grew meanwhile).
+            data = os.read(fd, actual + 1)
+            while more := os.read(fd, CHUNK):
+                data += more
+            if kind != "sha256":
+                digest.update(b"blob %d\x00" % len(data))
+            digest.update(data)
+            return str(digest.hexdigest())
+        if kind != "sha256":
             digest.update(b"blob %d\x00" % actual)
-        if actual >= MMAP_FROM:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                view = memoryview(mapped)
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
+            view = memoryview(mapped)
+            try:
+                for start in range(0, actual, CHUNK):
+                    digest.update(view[start : start + CHUNK])
+                    # Unmap what was hashed: the pages stay in the page cache, but the
+                    # process would otherwise show the whole file as resident.
+                    if DONTNEED is not None:
+                        mapped.madvise(DONTNEED, start, min(CHUNK, actual - start))
+            finally:
+                view.release()
+        return str(digest.hexdigest())
+    finally:
+        os.close(fd)
+
+
+class HashPool:
+    """Threads that hash files (one per core by default). submit() returns at once with a
+    function that waits for that submission's digests, so the caller can prepare the next
+    batch while this one is hashed."""
+
+    def __init__(self, jobs: int | None = None,
+                 on_hashed: Callable[[int], None] | None = None) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2)
+        self._on_hashed = on_hashed
+
+    def __enter__(self) -> HashPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def submit(
+        self, items: Sequence[tuple[str | Path, str, int]]
+    ) -> Callable[[], list[str | OSError]]:
+        """Digests of `(path, kind, size)` items, in their order, largest first so the
+        longest hash starts at once. An item that cannot be read gives its OSError, for the
+        caller to judge. Small files go to the threads in groups: handing a thread one
+        10-byte file costs more than hashing it."""
+        results: list[str | OSError] = [""] * len(items)
+        on_hashed = self._on_hashed
+
+        def hash_group(group: list[int]) -> None:
+            for index in group:
+                path, kind, size = items[index]
                 try:
-                    for start in range(0, actual, CHUNK):
-                        digest.update(view[start : start + CHUNK])
+                    results[index] = hash_file(path, kind)
+                except OSError as e:
+                    results[index] = e
                 finally:
-                    view.release()
-        else:
-            while chunk := f.read(CHUNK):
-                digest.update(chunk)
-    result: str = digest.hexdigest()
-    return result
+                    if on_hashed:
+                        on_hashed(size)
+
+        order = sorted(range(len(items)), key=lambda i: -items[i][2])
+        groups: list[list[int]] = []
+        weight = GROUP_BYTES
+        for index in order:
+            size = items[index][2]
+            if weight + size > GROUP_BYTES or len(groups[-1]) == GROUP_FILES:
+                groups.append([])
+                weight = 0
+            groups[-1].append(index)
+            weight += size
+        futures = [self._pool.submit(hash_group, group) for group in groups]
+
+        def wait() -> list[str | OSError]:
+            for future in futures:
+                future.result()
+            return results
+
+        return wait
 
 
 def hash_files(
-    items: Sequence[tuple[Path, str, int]],
+    items: Sequence[tuple[str | Path, str, int]],
     *,
     jobs: int | None = None,
     on_hashed: Callable[[int], None] | None = None,
 ) -> list[str | OSError]:
-    """Digests of `(path, kind, size)` items, in their order, hashed on a pool of threads
-    (one per core by default), largest first so the longest hash starts at once. An item
-    that cannot be read gives its OSError, for the caller to judge. `on_hashed(size)` is
-    called as each one finishes."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def one(index: int) -> str | OSError:
-        path, kind, size = items[index]
-        try:
-            return hash_file(path, kind)
-        except OSError as e:
-            return e
-        finally:
-            if on_hashed:
-                on_hashed(size)
-
-    results: list[str | OSError] = [""] * len(items)
-    order = sorted(range(len(items)), key=lambda i: -items[i][2])
-    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
-        for index, digest in zip(order, pool.map(one, order), strict=True):
-            results[index] = digest
-    return results
+    """HashPool.submit() for one set of files, waited for."""
+    with HashPool(jobs, on_hashed) as pool:
+        return pool.submit(items)()

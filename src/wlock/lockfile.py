@@ -74,8 +74,9 @@ def stale_reason(manifest: Manifest, lock: Lock | None) -> str | None:
             changed.append(f"{entry.id} follows {entry.ref!r}, locked for {repo.requested!r}")
         elif repo.selection != entry.selection:
             changed.append(f"{entry.id}'s include/exclude differ from the lock's")
-        elif outside := next((f.path for f in repo.files
-                              if not path_selected(f.path, repo.include, repo.exclude)), None):
+        elif (repo.include or repo.exclude) and (outside := next(
+                (f.path for f in repo.files
+                 if not path_selected(f.path, repo.include, repo.exclude)), None)):
             changed.append(f"{entry.id}: locked file {outside!r} is outside its globs")
     parts = [f"{label} {', '.join(ids)}" for label, ids in
              (("added", added), ("removed", removed), ("changed:", changed)) if ids]

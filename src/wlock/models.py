@@ -290,11 +290,14 @@ class SyncResult:
     seconds: float
 
 
+ProblemKind = Literal["missing", "wrong-size", "wrong-hash", "wrong-link", "wrong-ref", "unsafe"]
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One way the cache differs from the lock."""
 
-    kind: Literal["missing", "wrong-size", "wrong-hash", "wrong-link", "wrong-ref", "unsafe"]
+    kind: ProblemKind
     repo_kind: RepoKind
     repo_id: str
     path: str

@@ -114,7 +114,7 @@ def _verified(
         for f in r.in_place():
             blobs.setdefault(str(paths.blob(f.etag)), f)
     items = list(blobs.items())
-    digests = hash_files([(Path(path), f.hash_kind, f.size) for path, f in items],
+    digests = hash_files([(path, f.hash_kind, f.size) for path, f in items],
                          jobs=jobs, on_hashed=on_hashed)
     # Unreadable counts as wrong: refetching replaces it.
     bad = {path for (path, f), digest in zip(items, digests, strict=True) if digest != f.etag}

@@ -1,0 +1,56 @@
+"""check_cache over batches: each blob hashed once, whatever batch its users fall in, and a
+wrong blob reported for every file that uses it, the last batch included."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from wlock import check
+from wlock.cache import RepoPaths, link_target
+from wlock.check import check_cache
+from wlock.models import Lock, LockedFile, LockedRepo
+
+REVISION = "c" * 40
+
+
+def git_sha1(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+
+
+def make_cache(cache: Path, files: dict[str, bytes], wrong: dict[str, bytes]) -> Lock:
+    """A cache holding `files`; the blob of a path in `wrong` holds those bytes instead."""
+    locked = tuple(LockedFile(path=p, size=len(d), git_sha1=git_sha1(d))
+                   for p, d in sorted(files.items()))
+    repo = LockedRepo(kind="model", id="acme/batches", requested=REVISION, revision=REVISION,
+                      files=locked)
+    paths = RepoPaths.of(cache, repo)
+    paths.blobs.mkdir(parents=True)
+    for path, data in wrong.items():  # a blob is one file, whatever paths use it
+        paths.blob(git_sha1(files[path])).write_bytes(data)
+    for f in locked:
+        if not paths.blob(f.etag).exists():
+            paths.blob(f.etag).write_bytes(files[f.path])
+        link = paths.link(REVISION, f.path)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(link_target(f.path, f.etag))
+    return Lock(manifest_digest="blake3:" + "0" * 64, repos=(repo,))
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 4096])
+def test_each_blob_is_hashed_once_and_judged_for_all_its_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    monkeypatch.setattr(check, "BATCH", batch)
+    shared, bad, other = b"shared bytes\n", b"good bytes!\n", b"other\n"
+    lock = make_cache(tmp_path / "cache", {
+        "a/1.json": shared, "b/2.json": bad, "c/3.json": shared, "d/4.json": other,
+        "e/5.json": bad, "f/6.json": shared, "z/last.json": bad,
+    }, wrong={"b/2.json": b"evil bytes!\n"})
+    report = check_cache(lock, tmp_path / "cache", jobs=2)
+    assert sorted((p.kind, p.path) for p in report.problems) == [
+        ("wrong-hash", "b/2.json"), ("wrong-hash", "e/5.json"), ("wrong-hash", "z/last.json")]
+    assert report.files == 7
+    assert report.bytes_hashed == len(shared) + len(bad) + len(other)  # each blob once
