@@ -52,13 +52,19 @@ def shards_repo(root: Path, shards: int, shard_mb: int, small: int) -> Path:
 
 
 def tree_rss(pid: int) -> int:
-    """Resident bytes of `pid` and all its descendants now (0 once it is gone)."""
+    """Memory of `pid` and all its descendants now (0 once it is gone): their proportional
+    set size (PSS: a shared library's pages counted once across the processes that map
+    them, as `smem` does), or their resident size where PSS is not available."""
     total = 0
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                total += sum(int(line.split()[1]) * 1024 for line in f
+                             if line.startswith("Pss:"))
+        except FileNotFoundError:
+            with open(f"/proc/{pid}/status") as f:
+                total += sum(int(line.split()[1]) * 1024 for line in f
+                             if line.startswith("VmRSS:"))
         for task in os.listdir(f"/proc/{pid}/task"):
             with open(f"/proc/{pid}/task/{task}/children") as f:
                 total += sum(tree_rss(int(child)) for child in f.read().split())
@@ -69,8 +75,8 @@ def tree_rss(pid: int) -> int:
 
 def measured(argv: list[str], cwd: Path | None = None, env: dict[str, str] | None = None,
              ) -> tuple[float, int]:
-    """Run `argv` like run(); returns (seconds, peak resident bytes of its whole process
-    tree, sampled every 20 ms: the parent and its workers together)."""
+    """Run `argv` like run(); returns (seconds, peak memory of its whole process tree, as
+    tree_rss(), sampled every 20 ms: the parent and its workers together)."""
     with tempfile.TemporaryFile() as stderr:
         started = time.perf_counter()
         proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **(env or {})},

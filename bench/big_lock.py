@@ -6,8 +6,8 @@ their time and peak memory, on a dataset of N tiny files all present in the cach
 No Hub is involved: each command works from the lock and the cache alone. The cache is built
 under `--dir` (default: /dev/shm when there is one), so that the figures are wlock's own
 work and not the metadata latency of a virtual disk (creating 2 files per entry on this
-VM's disk takes about 1 ms each). Peak memory is the resident size of the command's whole
-process tree, sampled every 20 ms.
+VM's disk takes about 1 ms each). Peak memory is the proportional set size (PSS) of the
+command's whole process tree, sampled every 20 ms.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def main() -> None:
     print(f"machine: {machine()}; files under {args.dir or tempfile.gettempdir()}")
     print(f"data: a lock of {args.files:,} files ({lock_bytes / 1e6:.0f} MB), all in the cache")
     for name, (seconds, peak) in figures.items():
-        print(f"wlock {name:14} {seconds:7.2f}s   peak {peak / 2**20:6.0f} MiB resident")
+        print(f"wlock {name:14} {seconds:7.2f}s   peak {peak / 2**20:6.0f} MiB PSS")
 
 
 if __name__ == "__main__":

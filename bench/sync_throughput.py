@@ -7,9 +7,9 @@ Each run starts from an empty cache; the emulator serves from the page cache (it
 first) so the figures compare the clients, not the store's disk. Two limits are measured in
 the same run, on the same folder: `cp -r` of the same blobs (a write into the page cache:
 what a download could reach if the network cost nothing), and the same copy followed by
-`sync` (the bytes on the disk itself). Peak memory is the resident size of each client's
-whole process tree (wlock's worker processes included), sampled every 20 ms; run with
-`--shards 10 --shard-mb 1024` to see it for 10 GB.
+`sync` (the bytes on the disk itself). Peak memory is the proportional set size (PSS) of
+each client's whole process tree (wlock's worker processes included), sampled every 20 ms;
+run with `--shards 10 --shard-mb 1024` to see it for 10 GB.
 """
 
 from __future__ import annotations
@@ -91,9 +91,9 @@ def main() -> None:
     print(f"data: {args.shards} x {args.shard_mb} MiB shards + {args.small + 1} small files "
           f"= {mb:.0f} MB; median of {args.runs} runs, each into an empty cache")
     print(f"wlock sync --jobs {args.jobs}:        {wl:6.2f}s  {mb / wl:7.0f} MB/s  "
-          f"peak {max(peaks['wlock']) / 2**20:5.0f} MiB resident")
+          f"peak {max(peaks['wlock']) / 2**20:5.0f} MiB PSS")
     print(f"huggingface_hub snapshot_download: {hf:6.2f}s  {mb / hf:7.0f} MB/s  "
-          f"peak {max(peaks['hf']) / 2**20:5.0f} MiB resident")
+          f"peak {max(peaks['hf']) / 2**20:5.0f} MiB PSS")
     print(f"cp -r into the page cache:         {cp:6.2f}s  {mb / cp:7.0f} MB/s")
     print(f"cp -r and sync to the disk:        {disk:6.2f}s  {mb / disk:7.0f} MB/s")
     print(f"wlock is {hf / wl:.2f}x faster than snapshot_download; it writes at "

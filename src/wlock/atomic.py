@@ -12,16 +12,36 @@ from pathlib import Path
 
 from wlock.errors import LocalError
 
-# Temp names carry the host and pid of their writer, so that a cleaner can tell a dead
-# writer's leftovers from a live one's on a filesystem shared by several nodes.
 HOST = os.uname().nodename.replace(".", "_")
+
+
+def _machine() -> str:
+    """8 hex digits naming this boot of this machine and this PID namespace: the scope in
+    which a pid means one process. Two containers may share a hostname and a pid; they do
+    not share a boot id and a PID namespace both (the host's own processes do)."""
+    import hashlib
+
+    parts = []
+    for source in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+        try:
+            parts.append(os.readlink(source) if source.endswith("/pid") else
+                         Path(source).read_text().strip())
+        except OSError:
+            parts.append(HOST)  # no /proc: the hostname is the best there is
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:8]
+
+
+# Temp names carry their writer (`<machine>-<pid>`), so that a cleaner on the same machine
+# and PID namespace can tell a dead writer's leftovers at once; elsewhere, a leftover is
+# judged by its lease (wlock.cache).
+MACHINE = _machine()
 
 
 def temp_path_for(target: Path, suffix: str = ".tmp") -> Path:
     """A sibling of `target` that no other process, thread or node will pick:
-    `.<name>.<host>.<pid>.<random><suffix>`."""
+    `.<name>.<host>.<machine>-<pid>.<random><suffix>`."""
     return target.with_name(
-        f".{target.name}.{HOST}.{os.getpid()}.{os.urandom(4).hex()}{suffix}"
+        f".{target.name}.{HOST}.{MACHINE}-{os.getpid()}.{os.urandom(4).hex()}{suffix}"
     )
 
 

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wlock.atomic import HOST, temp_path_for
+from wlock.atomic import MACHINE, temp_path_for
 from wlock.errors import UnsafeCacheError
 from wlock.lockfile import is_commit
 from wlock.models import LockedFile, LockedRepo, RepoKind
@@ -45,14 +45,21 @@ LINK_TEMP_SUFFIX = ".wlock-tmp"
 # Snapshots are built here, beside `snapshots/` at the same depth (so the same relative link
 # targets work), and renamed into place: huggingface_hub's cache scan never looks in it.
 STAGING = ".wlock-staging"
-# Another host's link, ref or staging leftover is removed once it is this old (its writer
-# renames it within seconds). Another host's temp blob goes as soon as nobody holds the
-# blob's download lock (flock works across the nodes of JuiceFS and Lustre, not everywhere:
-# where it does not, the temp file is left for its owner).
-FOREIGN_LEFTOVER_AGE = 10 * 60
-# ... and a temp blob whose lock cannot be tested, when this old (a live writer's file
-# removed would only cost it a retry).
-FOREIGN_TEMP_AGE = 6 * 3600
+
+
+def _env_seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+# Every temp blob and staging folder is leased by its writer: it renews the lease (touches
+# the mtime) every LEASE / 4 seconds while it lives. A leftover whose lease has run out, and
+# whose blob lock nobody holds, is reclaimed by whichever wlock sees it, on any node: no
+# hostname or pid is trusted across machines (containers share both).
+LEASE = _env_seconds("WLOCK_LEASE", 120.0)
 
 
 def repo_folder_name(kind: RepoKind, repo_id: str) -> str:
@@ -219,6 +226,90 @@ def blob_lock_path(paths: RepoPaths, etag: str) -> Path:
     return paths.cache_dir / ".locks" / paths.root.name / f"{etag}.lock"
 
 
+_FLOCK: dict[str, bool] = {}
+
+
+def flock_works(folder: Path) -> bool:
+    """Whether `flock` excludes on the filesystem of `folder` (a folder of `.locks`).
+
+    On some network filesystems (Lustre with `localflock`, NFS with `local_lock=all`) flock
+    succeeds for everyone: two opens of one file in this very process both get the lock
+    there, which is what this probes, once per process and filesystem. `WLOCK_FLOCK=off`
+    says not to trust it where the probe cannot tell (locks local to each node). Without
+    working locks, syncs may download a blob twice and leftovers wait for their lease:
+    the result is the same, only slower.
+    """
+    import fcntl
+
+    if os.environ.get("WLOCK_FLOCK", "").lower() in ("0", "off", "no", "false"):
+        return False
+    try:
+        key = str(os.stat(folder).st_dev)
+    except OSError:
+        return False
+    if key not in _FLOCK:
+        probe = folder / f".wlock-flock-probe.{MACHINE}-{os.getpid()}.{os.urandom(4).hex()}"
+        works = False
+        try:
+            first = os.open(probe, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                second = os.open(probe, os.O_RDWR)
+                try:
+                    fcntl.flock(first, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    try:
+                        fcntl.flock(second, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        works = True
+                finally:
+                    os.close(second)
+            finally:
+                os.close(first)
+                os.unlink(probe)
+        except OSError:
+            pass
+        _FLOCK[key] = works
+    return _FLOCK[key]
+
+
+class _Leases:
+    """This process's temp blobs and staging folders, renewed (mtime touched) every
+    LEASE / 4 seconds by one thread while they are registered."""
+
+    def __init__(self) -> None:
+        self._paths: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def hold(self, path: Path) -> Iterator[None]:
+        key = str(path)
+        with self._lock:
+            self._paths[key] = self._paths.get(key, 0) + 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._renew, daemon=True,
+                                                name="wlock-lease")
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._paths[key] -= 1
+                if not self._paths[key]:
+                    del self._paths[key]
+
+    def _renew(self) -> None:
+        while True:
+            time.sleep(LEASE / 4)
+            with self._lock:
+                paths = list(self._paths)
+            for path in paths:
+                with contextlib.suppress(OSError):  # not created yet, or already renamed
+                    os.utime(path)
+
+
+LEASES = _Leases()
+
+
 @contextlib.contextmanager
 def claim_blob(
     paths: RepoPaths, file: LockedFile, *, stall: float, stop: threading.Event
@@ -238,7 +329,8 @@ def claim_blob(
     fd = None
     try:
         make_folder(paths, lock.parent)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o664)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o664) if flock_works(lock.parent) \
+            else None
     except (OSError, UnsafeCacheError):
         fd = None  # a read-only .locks or odd filesystem: proceed without the lock
     try:
@@ -340,12 +432,14 @@ class SnapshotBuild:
         self.snapshot = paths.snapshot(revision)
         self.staging: Path | None = None
         make_folder(paths, self.snapshot.parent)
+        self._lease = contextlib.ExitStack()
         if not os.path.lexists(self.snapshot):
             staging = paths.staging(revision)
             make_folder(paths, staging.parent)
             os.mkdir(staging)
             paths.verified.add(str(staging))
             self.staging = staging
+            self._lease.enter_context(LEASES.hold(staging))  # it may live for hours
         self._added: set[str] = set()
         self._lock = threading.Lock()
 
@@ -380,6 +474,7 @@ class SnapshotBuild:
         if self.staging is not None and os.path.lexists(self.staging):
             shutil.rmtree(self.staging, ignore_errors=True)
         self.staging = None
+        self._lease.close()
 
 
 def ensure_ref(paths: RepoPaths, name: str, revision: str) -> bool:
@@ -397,11 +492,11 @@ def ensure_ref(paths: RepoPaths, name: str, revision: str) -> bool:
 
 def clean_stale_temps(paths: RepoPaths, revision: str, *, deep: bool = True) -> int:
     """Remove what killed syncs left (temp blobs, links or refs caught mid-rename, staging
-    folders): this host's when their process is gone; another host's temp blob when nobody
-    holds its download lock (see `claim_blob`: every writer holds it while writing), other
-    leftovers of other hosts when old. Returns how many. Folders that are links are not
-    walked. `deep=False` looks only where the big leftovers are (blobs/ and staging), cheap
-    enough for a sync with nothing to do."""
+    folders): a temp blob never while someone holds its blob's lock (every writer holds it
+    while writing, where flock works); a leftover of this machine and PID namespace when its
+    process is gone; any other once its lease has run out (LEASE seconds without renewal).
+    Returns how many. Folders that are links are not walked. `deep=False` looks only where
+    the big leftovers are (blobs/ and staging), cheap enough for a sync with nothing to do."""
     removed = 0
     now = time.time()
     folders = [paths.blobs, paths.root / STAGING]
@@ -423,6 +518,21 @@ def clean_stale_temps(paths: RepoPaths, revision: str, *, deep: bool = True) -> 
     return removed
 
 
+def clean_other_repos(cache_dir: Path, skip: set[Path]) -> int:
+    """clean_stale_temps (blobs/ and staging only) in every repo folder of the cache but
+    `skip`: a sync that downloads anyway reclaims what dead syncs left in repos no lock of
+    its own names, so a shared cache does not keep them until someone syncs those repos."""
+    removed = 0
+    with contextlib.suppress(OSError), os.scandir(cache_dir) as entries:
+        for entry in entries:
+            root = Path(entry.path)
+            if entry.name.startswith(("models--", "datasets--")) and root not in skip \
+                    and entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    removed += clean_stale_temps(RepoPaths(cache_dir, root), "", deep=False)
+    return removed
+
+
 def _walk(folder: str) -> Iterator[os.DirEntry[str]]:
     """Every entry under `folder`, streamed (a blobs/ folder of a million files is never
     held as a list); links and temp folders are not entered."""
@@ -435,27 +545,29 @@ def _walk(folder: str) -> Iterator[os.DirEntry[str]]:
 
 
 def _stale(paths: RepoPaths, name: str, path: str, now: float) -> bool:
-    # .<name>.<host>.<pid>.<random>.<suffix>: <name> may hold dots, the rest cannot.
+    """Whether the leftover `name` (`.<name>.<host>.<writer>.<random>.<suffix>`; <name> may
+    hold dots, the rest cannot) belongs to nobody any more."""
     parts = name.rsplit(".", 4)
-    if len(parts) == 5 and parts[1] == HOST and parts[2].isdigit():
-        return not _alive(int(parts[2]))
+    if len(parts) == 5 and name.endswith(TEMP_SUFFIX) \
+            and _lock_free(blob_lock_path(paths, parts[0][1:])) is False:
+        return False  # a writer holds the blob's lock
+    machine, _, pid = parts[2].partition("-") if len(parts) == 5 else ("", "", "")
+    if machine == MACHINE and pid.isdigit():
+        return not _alive(int(pid))  # this machine and PID namespace: its pid tells
     try:
         age = now - os.lstat(path).st_mtime
     except OSError:
         return False
-    if len(parts) == 5 and name.endswith(TEMP_SUFFIX):
-        # Another host's download: alive exactly while someone holds the blob's lock.
-        free = _lock_free(blob_lock_path(paths, parts[0][1:]))
-        return age > FOREIGN_TEMP_AGE if free is None else free
-    # A link or ref is renamed a moment after it is made, a staging folder within seconds.
-    return age > FOREIGN_LEFTOVER_AGE
+    return age > LEASE
 
 
 def _lock_free(lock: Path) -> bool | None:
     """Whether nobody holds `lock` (flock); None when it cannot be told (no lock file, as
-    with a writer older than the locks, or no flock on this filesystem)."""
+    with a writer older than the locks, or no working flock on this filesystem)."""
     import fcntl
 
+    if not flock_works(lock.parent):
+        return None
     try:
         fd = os.open(lock, os.O_RDWR)
     except OSError:

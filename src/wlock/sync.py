@@ -19,9 +19,11 @@ from pathlib import Path
 from stat import S_ISREG
 
 from wlock.cache import (
+    LEASES,
     RepoPaths,
     SnapshotBuild,
     claim_blob,
+    clean_other_repos,
     clean_stale_temps,
     ensure_ref,
     folder_problem,
@@ -248,6 +250,8 @@ def execute_plan(
             clean_stale_temps(paths, r.repo.revision)
     except OSError as e:
         raise _local(e, cache_dir) from e
+    if work:
+        clean_other_repos(cache_dir, {RepoPaths.of(cache_dir, r.repo).root for r in work})
 
     failures: list[WlockError] = []
     failed_blobs: set[tuple[str, str, str]] = set()
@@ -367,7 +371,8 @@ def _download_all(
                     temp=temp_blob_path(paths, f.etag),
                 )
                 try:
-                    transfer.fetch(job)
+                    with LEASES.hold(job.temp):  # renewed while it downloads, for hours
+                        transfer.fetch(job)
                     break
                 except IntegrityError as e:
                     report(job, -f.size)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.conftest import Hub, run_wlock, write_project
 from tests.integration.test_sync import BIG, check, lock, slow_sync_writing_a_shard, sync
-from wlock.cache import RepoPaths, clean_stale_temps
+from wlock.cache import LEASE, RepoPaths, clean_stale_temps
 from wlock.hub import HubClient
 from wlock.lockfile import read_lock
 from wlock.transfer import FetchJob, Transfer
@@ -108,7 +108,8 @@ def test_a_live_syncs_temp_files_survive_another_syncs_cleanup(
         live = sorted(paths.blobs.glob("*.wlock-incomplete"))
         assert live
         dead_pid = _a_dead_pid()
-        dead = paths.blobs / f".{'0' * 64}.{live[0].name.split('.')[2]}.{dead_pid}.0000" \
+        host, writer = live[0].name.split(".")[2:4]  # .<etag>.<host>.<machine>-<pid>....
+        dead = paths.blobs / f".{'0' * 64}.{host}.{writer.split('-')[0]}-{dead_pid}.0000" \
             ".wlock-incomplete"
         dead.write_bytes(b"left by a killed sync")
         removed = clean_stale_temps(paths, repo.revision)
@@ -187,8 +188,8 @@ def test_another_nodes_dead_download_is_cleaned_by_a_sync_with_nothing_to_do(
     hub: Hub, tmp_path: Path
 ) -> None:
     """A node killed mid-download leaves a temp blob under its own host name. Once the
-    cache is complete, every sync is a no-op: the no-op removes it as soon as nobody holds
-    the blob's download lock, and never while somebody does."""
+    cache is complete, every sync is a no-op: the no-op removes it once nobody holds the
+    blob's download lock and its lease has run out, and never before."""
     import fcntl
 
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
@@ -201,7 +202,7 @@ def test_another_nodes_dead_download_is_cleaned_by_a_sync_with_nothing_to_do(
     foreign = paths.blobs / f".{etag}.other-node.4242.0a0b0c0d.wlock-incomplete"
     foreign.write_bytes(b"x" * 4096)
     unknown = paths.blobs / f".{'e' * 64}.other-node.4242.0a0b0c0d.wlock-incomplete"
-    unknown.write_bytes(b"no lock file: left for its owner until it is old")
+    unknown.write_bytes(b"no lock file to ask: judged by its lease alone")
     lock_file = cache / ".locks" / "models--acme--tiny-bert" / f"{etag}.lock"
     assert lock_file.parent.is_dir()  # made by the sync's own downloads
     holder = os.open(lock_file, os.O_RDWR | os.O_CREAT)
@@ -209,8 +210,22 @@ def test_another_nodes_dead_download_is_cleaned_by_a_sync_with_nothing_to_do(
         fcntl.flock(holder, fcntl.LOCK_EX)  # the other node is still downloading
         assert "Already in sync" in sync(hub, project, cache).stderr
         assert foreign.exists()
+        expire(foreign)  # even with its lease run out
+        assert "Already in sync" in sync(hub, project, cache).stderr
+        assert foreign.exists()
     finally:
         os.close(holder)  # ... and now it is gone
+    os.utime(foreign)
+    os.utime(unknown)  # their writers renewed the leases a moment ago
     assert "Already in sync" in sync(hub, project, cache).stderr
-    assert not foreign.exists()
-    assert unknown.exists()
+    assert foreign.exists() and unknown.exists()
+    expire(foreign, unknown)
+    assert "Already in sync" in sync(hub, project, cache).stderr
+    assert not foreign.exists() and not unknown.exists()
+
+
+def expire(*paths: Path) -> None:
+    """Age files past the lease: their writer stopped renewing them."""
+    old = time.time() - LEASE - 5
+    for path in paths:
+        os.utime(path, (old, old))
