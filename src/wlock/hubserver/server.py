@@ -44,9 +44,9 @@ class Stats:
     def record(self, listener: str, method: str, path: str, authorized: bool
                ) -> dict[str, Any]:
         """Log a request as it arrives; the returned entry gets its `status` once sent (a
-        test can then tell that a fault fired)."""
+        test can then tell that a fault fired) and the file `bytes` it served."""
         entry = {"listener": listener, "method": method, "path": path, "auth": authorized,
-                 "status": None}
+                 "status": None, "bytes": 0}
         with self._lock:
             self.requests[listener] += 1
             self.authorized[listener] += int(authorized)
@@ -260,6 +260,8 @@ class _Handler(BaseHTTPRequestHandler):
         rule = self.server.app.faults.take(
             self.server.name, self.command, url.path, _BODY_ACTIONS, url.query
         )
+        if self._logged is not None:
+            self._logged["bytes"] = length
         with open(path, "rb") as f:
             if rule is None:
                 self.connection.sendfile(f, start, length)
