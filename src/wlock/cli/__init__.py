@@ -19,6 +19,7 @@ from wlock.cli.lint_cmd import lint
 from wlock.cli.lock_cmd import lock
 from wlock.cli.manifest_cmds import add, init, remove
 from wlock.cli.run_cmd import run
+from wlock.cli.serve_cmd import serve
 from wlock.cli.sync_cmd import sync
 from wlock.errors import ExitCode, WlockError, redact
 
@@ -46,7 +47,7 @@ def cli(debug: bool) -> None:
         os.environ["WLOCK_DEBUG"] = "1"
 
 
-for command in (init, add, remove, lock, sync, check, lint, run):
+for command in (init, add, remove, lock, sync, check, lint, run, serve):
     cli.add_command(command)
 
 

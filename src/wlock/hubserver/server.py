@@ -13,6 +13,7 @@ huggingface_hub 2.x expects of it:
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import sys
@@ -93,12 +94,18 @@ class HubServer:
 
     def __init__(
         self, store: RepoStore, *, host: str = "127.0.0.1", port: int = 0, cdn_port: int = 0,
-        verbose: bool = False,
+        verbose: bool = False, emulator: bool = True, token: str | None = None,
     ) -> None:
+        """`emulator=False` is `wlock serve`: no control routes (faults, stats). With
+        `token`, a request to the endpoint without it gets 401, and the CDN listener serves
+        only URLs the endpoint signed with it (HMAC, with an expiry), as the Hub's CDN does:
+        clients send no token to another origin."""
         self.store = store
         self.faults = Faults()
         self.stats = Stats()
         self.verbose = verbose
+        self.emulator = emulator
+        self.token = token
         self.hub = _Listener((host, port), self, "hub")
         self.cdn = _Listener((host, cdn_port), self, "cdn")
 
@@ -111,6 +118,12 @@ class HubServer:
     def cdn_url(self) -> str:
         host, port = self.cdn.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    def signature(self, sha256: str, expires: int) -> str:
+        if self.token is None:  # the emulator: a fake secret that no message may print
+            return f"SECRET-{sha256[:12]}"
+        return hmac.new(self.token.encode(), f"{sha256}:{expires}".encode(),
+                        hashlib.sha256).hexdigest()
 
     def serve_forever(self) -> None:
         threading.Thread(target=self.cdn.serve_forever, daemon=True).start()
@@ -179,9 +192,12 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body() if method == "POST" else b""
         self._logged = None
         try:
-            if listener == "hub" and url.path.startswith("/_emulator/"):
+            if listener == "hub" and url.path.startswith("/_emulator/") and app.emulator:
                 self._control(method, url.path, body)
                 return
+            if app.token is not None and listener == "hub" and not hmac.compare_digest(
+                    (self._token() or "").encode(), app.token.encode()):
+                raise _HttpError(401, None, "Invalid credentials in Authorization header")
             self._logged = app.stats.record(
                 listener, method, self.path, "Authorization" in self.headers)
             if app.faults.latency_ms:
@@ -201,7 +217,7 @@ class _Handler(BaseHTTPRequestHandler):
                     str(rule.params.get("message", "Injected fault")), headers,
                 )
             if listener == "cdn":
-                self._cdn(method, url.path)
+                self._cdn(method, url.path, parse_qs(url.query))
             else:
                 self._hub(method, url.path, parse_qs(url.query), body)
         except _HttpError as e:
@@ -573,7 +589,8 @@ class _Handler(BaseHTTPRequestHandler):
             # of a client may print.
             location = f"{cdn}/objects/{f.sha256}?Expires={expires}&response-content-disposition=" \
                 + quote(f"inline; filename*=UTF-8''{quote(path.rsplit('/', 1)[-1])};") \
-                + f"&Signature=SECRET-{f.sha256[:12]}&Key-Pair-Id=EMULATOR"
+                + f"&Signature={self.server.app.signature(f.sha256, expires)}" \
+                + "&Key-Pair-Id=EMULATOR"
             headers["X-Linked-Etag"] = f'"{f.sha256}"'
             headers["X-Linked-Size"] = str(f.size)
             self._redirect(302, location, headers)
@@ -606,15 +623,28 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- the CDN ---------------------------------------------------------------------------
 
-    def _cdn(self, method: str, path: str) -> None:
+    def _cdn(self, method: str, path: str, query: dict[str, list[str]]) -> None:
         parts = path.strip("/").split("/")
         store_path = None
         if len(parts) == 2 and parts[0] == "objects" and method in ("GET", "HEAD"):
+            if self.server.app.token is not None:
+                self._check_signature(parts[1], query)
             store_path = self.server.app.store.object_path(parts[1])
         if store_path is None:
             raise _HttpError(404, None, "NoSuchKey")
         size = os.stat(store_path).st_size
         self._send_file(store_path, size, {"ETag": f'"{parts[1]}"'})
+
+
+    def _check_signature(self, sha256: str, query: dict[str, list[str]]) -> None:
+        try:
+            expires = int(query["Expires"][0])
+            signature = query["Signature"][0]
+        except (KeyError, ValueError, IndexError):
+            raise _HttpError(403, None, "AccessDenied") from None
+        expected = self.server.app.signature(sha256, expires)
+        if expires < time.time() or not hmac.compare_digest(signature, expected):
+            raise _HttpError(403, None, "AccessDenied")
 
 
 class _Redirect(Exception):

@@ -1,0 +1,149 @@
+"""`wlock serve`: one node's cache as the Hub for the others, judged by `wlock sync` and by
+huggingface_hub's own snapshot_download and hf_hub_download."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx2
+import pytest
+from huggingface_hub import hf_hub_download, snapshot_download
+
+from tests.conftest import Hub, default_sigint, run_wlock, write_project
+from wlock.lockfile import read_lock
+
+BIG = 12 * 1024 * 1024  # through hf_transfer, with Range requests
+
+
+@contextmanager
+def serving(project: Path, cache: Path, *extra: str, env: dict[str, str] | None = None,
+            ) -> Iterator[tuple[str, dict[str, str]]]:
+    """`wlock serve` on a free port: yields its endpoint, and a dict that holds its stderr
+    once it has stopped."""
+    output: dict[str, str] = {}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wlock", "serve", "--port", "0", "--cache-dir", str(cache),
+         *extra], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **(env or {})}, preexec_fn=default_sigint)
+    try:
+        assert proc.stdout is not None
+        endpoint = proc.stdout.readline().strip()
+        assert endpoint.startswith("http://127.0.0.1:"), proc.communicate(timeout=30)
+        yield endpoint, output
+    finally:
+        proc.send_signal(signal.SIGINT)
+        output["stderr"] = proc.communicate(timeout=30)[1]
+
+
+@pytest.fixture
+def node(hub: Hub, tmp_path: Path) -> tuple[Path, Path, str]:
+    """A project and a node's cache holding its lock: a model with a large file and small
+    ones, and a dataset."""
+    repo_id = hub.unique_id("served")
+    hub.builder.commit("model", repo_id, {
+        "model.safetensors": os.urandom(BIG), "config.json": b'{"served": true}\n',
+        "nested/vocab.txt": os.urandom(3000), "empty.txt": b"",
+    })
+    project = write_project(tmp_path / "project", f'[[model]]\nid = "{repo_id}"\n\n'
+                            '[[dataset]]\nid = "acme/tiny-squad"\nref = "v1.0"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    cache = tmp_path / "node1"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    return project, cache, repo_id
+
+
+def test_a_nodes_cache_feeds_wlock_sync_and_huggingface_hub(
+    hub: Hub, tmp_path: Path, node: tuple[Path, Path, str]
+) -> None:
+    project, cache, repo_id = node
+    lock = read_lock(project / "weights.lock")
+    model = next(r for r in lock.repos if r.kind == "model")
+    with serving(project, cache) as (endpoint, _):
+        hub.process.reset_stats()
+        other = tmp_path / "node2"
+        result = run_wlock("sync", "--endpoint", endpoint, "--cache-dir", str(other),
+                           cwd=project)
+        assert result.code == 0, result.stderr
+        assert run_wlock("check", "--cache-dir", str(other), cwd=project).code == 0
+        # huggingface_hub, by branch and by commit, against the served endpoint.
+        folder = snapshot_download(repo_id, revision="main", endpoint=endpoint,
+                                   cache_dir=tmp_path / "hf")
+        for f in model.files:
+            data = (Path(folder) / f.path).read_bytes()
+            digest = hashlib.sha256(data).hexdigest() if f.sha256 else \
+                hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+            assert digest == f.etag, f.path
+        path = hf_hub_download("acme/tiny-squad", "README.md", repo_type="dataset",
+                               revision="v1.0", endpoint=endpoint, cache_dir=tmp_path / "hf2")
+        assert Path(path).read_bytes()
+    assert hub.process.stats()["requests"]["hub"] == 0  # nothing came from the Hub
+
+
+def test_what_is_not_locked_or_not_complete_is_a_404_with_the_hubs_headers(
+    hub: Hub, tmp_path: Path, node: tuple[Path, Path, str]
+) -> None:
+    project, cache, _ = node
+    lock = read_lock(project / "weights.lock")
+    model = next(r for r in lock.repos if r.kind == "model")
+    dataset = next(r for r in lock.repos if r.kind == "dataset")
+    # The dataset loses a blob: it is not served at all, and the serve output says why.
+    blob = next((cache / f"datasets--{dataset.id.replace('/', '--')}" / "blobs").iterdir())
+    blob.unlink()
+    with serving(project, cache) as (endpoint, output), \
+            httpx2.Client(base_url=endpoint) as client:
+        missing = client.get(f"/api/datasets/{dataset.id}/revision/{dataset.revision}")
+        assert missing.status_code == 404
+        assert missing.headers["X-Error-Code"] == "RepoNotFound"
+        other = client.get(f"/api/models/{model.id}/revision/{'0' * 40}")
+        assert other.status_code == 404
+        assert other.headers["X-Error-Code"] == "RevisionNotFound"
+        unlocked = client.head(f"/{model.id}/resolve/{model.revision}/not-locked.txt")
+        assert unlocked.status_code == 404
+        assert unlocked.headers["X-Error-Code"] == "EntryNotFound"
+        faults = client.post("/_emulator/faults", json={"rules": []})
+        assert faults.status_code == 405  # no control routes on a real server
+        served = client.get(f"/api/models/{model.id}/revision/{model.revision}")
+        assert served.status_code == 200 and served.json()["sha"] == model.revision
+        shard = next(f for f in model.files if f.size == BIG)
+        ranged = client.get(f"/{model.id}/resolve/{model.revision}/{shard.path}",
+                            follow_redirects=True, headers={"Range": "bytes=10-19"})
+        assert ranged.status_code == 206 and len(ranged.content) == 10
+    assert f"not served: dataset {dataset.id} @ {dataset.revision[:7]}: 1 file(s)" \
+        in output["stderr"]
+
+
+def test_a_required_token_guards_every_byte(
+    hub: Hub, tmp_path: Path, node: tuple[Path, Path, str]
+) -> None:
+    project, cache, _ = node
+    secret = "serve-secret-42"
+    with serving(project, cache, "--require-token",
+                 env={"WLOCK_SERVE_TOKEN": secret}) as (endpoint, _):
+        refused = run_wlock("sync", "--endpoint", endpoint, "--cache-dir",
+                            str(tmp_path / "n2"), cwd=project)
+        assert refused.code == 5 and secret not in refused.stderr
+        with httpx2.Client(base_url=endpoint) as client:
+            model = next(r for r in read_lock(project / "weights.lock").repos
+                         if r.kind == "model")
+            shard = next(f for f in model.files if f.size == BIG)
+            assert client.head(f"/{model.id}/resolve/{model.revision}/{shard.path}"
+                               ).status_code == 401
+            signed = client.head(f"/{model.id}/resolve/{model.revision}/{shard.path}",
+                                 headers={"Authorization": f"Bearer {secret}"})
+            cdn = signed.headers["Location"]
+            assert secret not in cdn
+            assert httpx2.get(cdn).status_code == 200  # signed: no token to the CDN
+            assert httpx2.get(cdn.replace("Signature=", "Signature=0")).status_code == 403
+            assert httpx2.get(cdn.split("?")[0]).status_code == 403
+        accepted = run_wlock("sync", "--endpoint", endpoint, "--cache-dir",
+                             str(tmp_path / "n3"), cwd=project, env={"HF_TOKEN": secret})
+        assert accepted.code == 0, accepted.stderr
+        assert secret not in accepted.stderr + accepted.stdout
