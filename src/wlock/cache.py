@@ -31,7 +31,7 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -312,7 +312,8 @@ LEASES = _Leases()
 
 @contextlib.contextmanager
 def claim_blob(
-    paths: RepoPaths, file: LockedFile, *, stall: float, stop: threading.Event
+    paths: RepoPaths, file: LockedFile, *, stall: float, stop: threading.Event,
+    on_wait: Callable[[int], None] | None = None,
 ) -> Iterator[bool]:
     """Take the blob's download lock, so that syncs on several nodes download it once.
 
@@ -320,7 +321,8 @@ def claim_blob(
     True when the caller should download it: with the lock held, or without it when the
     holder made no progress for `stall` seconds (a stalled or foreign node) or when the
     filesystem has no `flock`. Correctness never depends on the lock: publishing is atomic
-    and never replaces a published blob; the lock only saves the bytes.
+    and never replaces a published blob; the lock only saves the bytes. While it waits,
+    `on_wait(bytes)` hears how far the holder got, for the waiter's progress bar.
     """
     import fcntl
 
@@ -349,6 +351,8 @@ def claim_blob(
             now = _writers_progress(paths, file.etag)
             if now != progress:
                 progress, moved = now, time.monotonic()
+                if on_wait:
+                    on_wait(min(file.size, now * 512))
             elif time.monotonic() - moved > stall:
                 break  # the holder is stuck: download alongside it
             if stop.wait(0.2):

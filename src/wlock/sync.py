@@ -361,7 +361,19 @@ def _download_all(
         if f.size == 0:
             write_empty_blob(paths, f, replace=wrong)
             return 0
-        with claim_blob(paths, f, stall=timeout, stop=transfer.stopped) as mine:
+        waited = [0]  # the bytes of another writer's progress shown on our bar
+
+        def on_wait(done: int) -> None:
+            if on_bytes and done > waited[0]:
+                on_bytes(label, done - waited[0])
+                waited[0] = done
+
+        with claim_blob(paths, f, stall=timeout, stop=transfer.stopped,
+                        on_wait=on_wait) as mine:
+            # Published by another writer: the bar fills; ours to fetch: it restarts.
+            settled = f.size if not mine and not wrong else 0
+            if on_bytes and settled != waited[0]:
+                on_bytes(label, settled - waited[0])
             if not mine and not wrong:
                 return 0  # another sync (another node) published it meanwhile
             for attempt in (1, 2):

@@ -25,3 +25,45 @@ def test_a_published_blob_is_never_replaced(tmp_path: Path) -> None:
     wrong.write_bytes(b"right")
     assert publish_blob(wrong, blob, replace=True) is True  # sync --verify's repair
     assert blob.read_bytes() == b"right"
+
+
+def test_a_waiter_sees_the_holders_progress_and_takes_its_published_blob(
+    tmp_path: Path,
+) -> None:
+    import fcntl
+    import os
+    import threading
+    import time
+
+    from wlock.cache import RepoPaths, blob_lock_path, claim_blob, make_folder
+    from wlock.models import LockedFile, LockedRepo
+
+    f = LockedFile(path="model.bin", size=3 * 4096, sha256="ab" * 32)
+    repo = LockedRepo(kind="model", id="acme/x", requested="main", revision="c" * 40,
+                      files=(f,))
+    paths = RepoPaths.of(tmp_path, repo)
+    make_folder(paths, paths.blobs)
+    lock = blob_lock_path(paths, f.etag)
+    make_folder(paths, lock.parent)
+    holder = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another node is downloading it
+    temp = paths.blobs / f".{f.etag}.other.m-1.0000.wlock-incomplete"
+    seen: list[int] = []
+    outcome: list[bool] = []
+
+    def wait() -> None:
+        with claim_blob(paths, f, stall=30, stop=threading.Event(),
+                        on_wait=seen.append) as mine:
+            outcome.append(mine)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    for _ in range(3):  # the holder writes, a block at a time
+        with open(temp, "ab") as out:
+            out.write(os.urandom(4096))
+        time.sleep(0.5)
+    os.rename(temp, paths.blob(f.etag))
+    os.close(holder)
+    waiter.join(10)
+    assert outcome == [False]  # published by the holder: nothing left to fetch
+    assert seen == sorted(seen) and seen[-1] == f.size and len(seen) >= 2, seen
