@@ -367,10 +367,18 @@ def claim_blob(
 
 
 def _published(blob: Path, size: int) -> bool:
+    # Opened, not only stat'ed: on a network filesystem this node may hold the attributes
+    # of the inode from when it was another writer's growing temp file (JuiceFS caches
+    # them for a second); an open revalidates them. Measured: 1 blob in 47 fetched twice
+    # in a race of 8 syncs on two JuiceFS mounts without it.
     try:
-        st = os.stat(blob)
+        fd = os.open(blob, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return False
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
     return stat.S_ISREG(st.st_mode) and st.st_size == size
 
 
