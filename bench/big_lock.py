@@ -21,9 +21,9 @@ from pathlib import Path
 
 from _common import WLOCK, compile_wlock, machine, measured
 
-from wlock.cache import link_target
-from wlock.lockfile import write_lock
-from wlock.manifest import read_manifest
+from wlock.cache.layout import link_target
+from wlock.lock.lockfile import write_lock
+from wlock.lock.manifest import read_manifest
 from wlock.models import FileTable, Lock, LockedRepo
 
 REPO = "bench/huge"

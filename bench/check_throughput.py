@@ -19,7 +19,7 @@ from pathlib import Path
 from _common import WLOCK, compile_wlock, machine, median, run, shards_repo, timed
 
 from wlock.hubserver.process import HubProcess
-from wlock.lockfile import read_lock
+from wlock.lock.lockfile import read_lock
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from _common import compile_wlock
 
 from wlock.hubserver.process import HubProcess
 from wlock.hubserver.store import StoreBuilder
-from wlock.resolve import lock_project
+from wlock.lock.resolve import lock_project
 
 
 def main() -> None:

@@ -26,9 +26,9 @@ from urllib.parse import quote
 
 from _common import WLOCK, compile_wlock, machine, shards_repo
 
+from wlock.cache.transfer import LARGE_FILE
 from wlock.hubserver.process import HubProcess
-from wlock.lockfile import read_lock
-from wlock.transfer import LARGE_FILE
+from wlock.lock.lockfile import read_lock
 
 
 def blobs_verified(cache: Path) -> bool:
@@ -68,7 +68,7 @@ def workers_alive(pids: set[int]) -> bool:
 
 
 def child_workers(pid: int) -> set[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid), "-f", "wlock.transfer_worker"],
+    out = subprocess.run(["pgrep", "-P", str(pid), "-f", "wlock.cache.transfer_worker"],
                          capture_output=True, text=True).stdout.split()
     return {int(p) for p in out}
 

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 from wlock.errors import InvalidFileError, WlockError
-from wlock.lockfile import LOCK_NAME, read_lock
+from wlock.lock.lockfile import LOCK_NAME, read_lock
 from wlock.models import Lock, LockedRepo, RepoKind
 
 LOCK_ENV = "WLOCK_LOCK"

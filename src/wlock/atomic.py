@@ -33,7 +33,7 @@ def _machine() -> str:
 
 # Temp names carry their writer (`<machine>-<pid>`), so that a cleaner on the same machine
 # and PID namespace can tell a dead writer's leftovers at once; elsewhere, a leftover is
-# judged by its lease (wlock.cache).
+# judged by its lease (wlock.cache.layout).
 MACHINE = _machine()
 
 

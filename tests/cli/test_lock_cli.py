@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import Hub, read_only, run_wlock, tmpfs, write_project
-from wlock.lockfile import read_lock
+from wlock.lock.lockfile import read_lock
 
 DEAD_ENDPOINT = "http://127.0.0.1:9"  # the discard port: nothing listens on loopback
 

@@ -16,8 +16,8 @@ from urllib.parse import quote, urlsplit
 import pytest
 
 from tests.conftest import Hub, run_wlock, tmpfs, write_project
-from wlock.lockfile import read_lock
-from wlock.transfer import LARGE_FILE, FetchJob, Transfer
+from wlock.cache.transfer import LARGE_FILE, FetchJob, Transfer
+from wlock.lock.lockfile import read_lock
 
 SHARD = LARGE_FILE + 1024 * 1024  # just above the threshold: through hf_transfer workers
 TIMEOUT = 2.0

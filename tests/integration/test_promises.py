@@ -12,10 +12,10 @@ from pathlib import Path
 
 from tests.conftest import Hub, run_wlock, write_project
 from tests.integration.test_sync import BIG, check, lock, slow_sync_writing_a_shard, sync
-from wlock.cache import LEASE, RepoPaths, clean_stale_temps
-from wlock.hub import HubClient
-from wlock.lockfile import read_lock
-from wlock.transfer import FetchJob, Transfer
+from wlock.cache.layout import LEASE, RepoPaths, clean_stale_temps
+from wlock.cache.transfer import FetchJob, Transfer
+from wlock.lock.hub import HubClient
+from wlock.lock.lockfile import read_lock
 
 
 def big(hub: Hub) -> str:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import Hub, run_wlock, write_project
-from wlock.lockfile import read_lock
+from wlock.lock.lockfile import read_lock
 
 OFFLINE = {"HF_HUB_OFFLINE": "1"}
 

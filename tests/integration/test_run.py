@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Hub, run_wlock, write_project
-from wlock.lockfile import read_lock
+from wlock.lock.lockfile import read_lock
 
 CHILD = """
 import sys

@@ -17,7 +17,7 @@ import pytest
 from huggingface_hub import hf_hub_download, snapshot_download
 
 from tests.conftest import Hub, default_sigint, run_wlock, write_project
-from wlock.lockfile import read_lock
+from wlock.lock.lockfile import read_lock
 
 BIG = 12 * 1024 * 1024  # through hf_transfer, with Range requests
 

@@ -22,9 +22,9 @@ import pytest
 
 from tests.conftest import Hub, default_sigint, run_wlock, write_project
 from tests.juicefs import Unavailable, two_node_volume
-from wlock.lockfile import read_lock
+from wlock.cache.transfer import LARGE_FILE
+from wlock.lock.lockfile import read_lock
 from wlock.models import LockedRepo
-from wlock.transfer import LARGE_FILE
 
 SHARD = LARGE_FILE + 4 * 1024 * 1024  # through hf_transfer
 SYNCS_PER_NODE = 4

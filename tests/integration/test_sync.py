@@ -26,8 +26,8 @@ from tests.conftest import (
     tmpfs,
     write_project,
 )
-from wlock.lockfile import read_lock
-from wlock.sync import SMALL_CONCURRENCY
+from wlock.cache.sync import SMALL_CONCURRENCY
+from wlock.lock.lockfile import read_lock
 
 BIG = 24 * 1024 * 1024  # above transfer.LARGE_FILE: goes through hf_transfer
 
@@ -288,7 +288,7 @@ def test_a_sync_killed_mid_transfer_is_completed_by_the_next(
     cache = tmp_path / "cache"
     # Each range takes 3 s: a worker that outlived its sync would still be downloading.
     proc = slow_sync_writing_a_shard(hub, project, cache, delay_ms=3000)
-    workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "wlock.transfer_worker"],
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "wlock.cache.transfer_worker"],
                              capture_output=True, text=True).stdout.split()
     assert workers, "the large file goes through a transfer worker"
     os.killpg(proc.pid, signal.SIGKILL)  # the sync; the kernel then kills its workers

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from wlock.cache import publish_blob
+from wlock.cache.layout import publish_blob
 
 
 def test_a_published_blob_is_never_replaced(tmp_path: Path) -> None:
@@ -35,7 +35,7 @@ def test_a_waiter_sees_the_holders_progress_and_takes_its_published_blob(
     import threading
     import time
 
-    from wlock.cache import RepoPaths, blob_lock_path, claim_blob, make_folder
+    from wlock.cache.layout import RepoPaths, blob_lock_path, claim_blob, make_folder
     from wlock.models import LockedFile, LockedRepo
 
     f = LockedFile(path="model.bin", size=3 * 4096, sha256="ab" * 32)

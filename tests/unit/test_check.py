@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from wlock import check
-from wlock.cache import RepoPaths, link_target
-from wlock.check import check_cache
+from wlock.cache import check
+from wlock.cache.check import check_cache
+from wlock.cache.layout import RepoPaths, link_target
 from wlock.models import Lock, LockedFile, LockedRepo
 
 REVISION = "c" * 40

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from wlock.check import check_cache
+from wlock.cache.check import check_cache
+from wlock.cache.sync import plan_sync
 from wlock.errors import InvalidFileError
-from wlock.lockfile import read_lock
-from wlock.manifest import read_manifest
-from wlock.sync import plan_sync
+from wlock.lock.lockfile import read_lock
+from wlock.lock.manifest import read_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK_SEED = (ROOT / "weights.lock.example").read_text(encoding="utf-8")

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from wlock.errors import InvalidFileError
-from wlock.lockfile import _RENDERED_FILE, read_lock, render_lock, write_lock
+from wlock.lock.lockfile import _RENDERED_FILE, read_lock, render_lock, write_lock
+from wlock.lock.names import file_path_problem
 from wlock.models import FileTable, Lock, LockedFile, LockedRepo
-from wlock.names import file_path_problem
 
 COMMIT_A = "558d4e6e9545d3c930caa62f5f64a3ff83705c84"
 COMMIT_B = "cd46b88f0d0dba0b6d4bb1a8bd6d3b3ab4c9d0e1"

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from wlock.errors import InvalidFileError, UsageError
-from wlock.manifest import (
+from wlock.lock.manifest import (
     add_entry,
     find_project,
     init_manifest,

@@ -9,7 +9,7 @@ from huggingface_hub.hf_api import ModelInfo, RepoFile
 
 from tests.conftest import RECORDINGS
 from wlock.errors import UnsafePathError
-from wlock.hub import files_from_siblings, files_from_tree
+from wlock.lock.hub import files_from_siblings, files_from_tree
 
 
 def test_repo_info_with_blobs_parses_into_locked_files() -> None:

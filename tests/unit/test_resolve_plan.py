@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from wlock.errors import InvalidFileError, UsageError
-from wlock.hub import RemoteSnapshot
-from wlock.manifest import read_manifest
+from wlock.lock.hub import RemoteSnapshot
+from wlock.lock.manifest import read_manifest
+from wlock.lock.resolve import diff_locks, plan_lock, select_files
 from wlock.models import LockedFile, ManifestEntry
-from wlock.resolve import diff_locks, plan_lock, select_files
 
 C1, C2 = "1" * 40, "2" * 40
 FILES = (

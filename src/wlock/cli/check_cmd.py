@@ -31,9 +31,9 @@ def check(jobs: int | None, settings: Settings) -> None:
       wlock check --json > report.json
       HF_HOME=/nvme/hf wlock check
     """
-    from wlock.check import check_cache
+    from wlock.cache.check import check_cache
     from wlock.cli.progress import make_progress
-    from wlock.lockfile import read_lock
+    from wlock.lock.lockfile import read_lock
 
     lock = read_lock(settings.lock_path())
     total = sum(r.size for r in lock.repos)

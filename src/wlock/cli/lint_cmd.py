@@ -53,7 +53,7 @@ def lint(paths: tuple[Path, ...], fmt: str, fix: bool, fail_on_dynamic: bool,
     from wlock.lint.config import load_settings
     from wlock.lint.fixer import fix_findings
     from wlock.lint.report import render
-    from wlock.lockfile import LOCK_NAME, read_lock
+    from wlock.lock.lockfile import LOCK_NAME, read_lock
 
     folder = project.resolve() if project else default_project()
     lock = read_lock(folder / LOCK_NAME) if folder and (folder / LOCK_NAME).exists() else None

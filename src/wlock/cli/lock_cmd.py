@@ -43,7 +43,7 @@ def lock(
       wlock lock --upgrade                # move every pin to its ref's newest commit
       HF_HUB_OFFLINE=1 wlock lock         # no request: fine while weights.toml is unchanged
     """
-    from wlock.resolve import lock_project
+    from wlock.lock.resolve import lock_project
 
     if check and dry_run:
         raise click.UsageError("--check and --dry-run cannot be used together")

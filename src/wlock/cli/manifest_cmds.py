@@ -20,7 +20,7 @@ def init(settings: Settings) -> None:
       wlock init
       wlock init --project path/to/project
     """
-    from wlock.manifest import init_manifest
+    from wlock.lock.manifest import init_manifest
 
     folder = (settings.project_flag or Path.cwd()).resolve()
     folder.mkdir(parents=True, exist_ok=True)
@@ -50,7 +50,7 @@ def add(
       wlock add Qwen/Qwen2.5-0.5B@main --include '*.json' --include '*.safetensors'
       wlock add stanfordnlp/imdb@v1.0 --dataset --exclude '*.tar.gz'
     """
-    from wlock.manifest import MANIFEST_NAME, add_entry, parse_requirement
+    from wlock.lock.manifest import MANIFEST_NAME, add_entry, parse_requirement
 
     repo_id, ref = parse_requirement(spec)
     kind: RepoKind = "dataset" if dataset else "model"
@@ -72,7 +72,7 @@ def remove(repo_id: str, dataset: bool, settings: Settings) -> None:
       wlock remove acme/tiny-bert
       wlock remove stanfordnlp/imdb --dataset
     """
-    from wlock.manifest import MANIFEST_NAME, remove_entry
+    from wlock.lock.manifest import MANIFEST_NAME, remove_entry
 
     kind: RepoKind = "dataset" if dataset else "model"
     path = settings.project() / MANIFEST_NAME

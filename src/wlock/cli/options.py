@@ -36,7 +36,7 @@ class Settings:
 
     def project(self) -> Path:
         """The project folder: --project, else the nearest folder upward with weights.toml."""
-        from wlock.manifest import MANIFEST_NAME
+        from wlock.lock.manifest import MANIFEST_NAME
 
         if self.project_flag is not None:
             return self.project_flag.resolve()
@@ -54,8 +54,8 @@ class Settings:
         """The lock to use: --lock, else $WLOCK_LOCK, else the project's weights.lock, where
         the project is --project or the nearest folder upward holding weights.toml or
         weights.lock (a deploy image or a CI job may have only the lock)."""
-        from wlock.lockfile import LOCK_NAME
-        from wlock.manifest import MANIFEST_NAME
+        from wlock.lock.lockfile import LOCK_NAME
+        from wlock.lock.manifest import MANIFEST_NAME
 
         if self.lock_flag is not None:
             return self.lock_flag.resolve()
@@ -80,7 +80,7 @@ def offline_from_env() -> bool:
 
 def default_project() -> Path | None:
     """The nearest folder at or above the current one that holds weights.toml."""
-    from wlock.manifest import find_project
+    from wlock.lock.manifest import find_project
 
     return find_project(Path.cwd())
 

@@ -32,9 +32,9 @@ def run(command: tuple[str, ...], settings: Settings) -> None:
       wlock run -- python train.py --epochs 3
       wlock run -- pytest tests/
     """
+    from wlock.cache.sync import plan_sync
     from wlock.errors import CheckFailedError, LocalError, UsageError
-    from wlock.lockfile import read_lock
-    from wlock.sync import plan_sync
+    from wlock.lock.lockfile import read_lock
     from wlock.units import human_size
 
     lock_path = settings.lock_path()
@@ -49,7 +49,7 @@ def run(command: tuple[str, ...], settings: Settings) -> None:
             f"{human_size(plan.bytes_to_fetch)} to fetch)",
             hint=f"Run `wlock sync{_cache_flag(settings)}` first.",
         )
-    from wlock.view import build_view, view_location
+    from wlock.cache.view import build_view, view_location
 
     view = view_location(lock_path, settings.cache_dir)
     try:
@@ -64,7 +64,7 @@ def run(command: tuple[str, ...], settings: Settings) -> None:
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
-        # This project's view: its own refs, only its locked repos (wlock.view).
+        # This project's view: its own refs, only its locked repos (wlock.cache.view).
         "HF_HUB_CACHE": str(view),
         "WLOCK_LOCK": str(lock_path),
     }

@@ -42,10 +42,10 @@ def serve(extra_locks: tuple[Path, ...], host: str, port: int, require_token: bo
       HF_ENDPOINT=http://node1:8080 wlock sync          # on another node
       wlock serve ../other-project/weights.lock --port 0
     """
+    from wlock.cache.serve import CacheStore
     from wlock.cli.progress import make_progress
     from wlock.hubserver.server import HubServer
-    from wlock.lockfile import read_lock
-    from wlock.serve import CacheStore
+    from wlock.lock.lockfile import read_lock
 
     token = os.environ.get(TOKEN_ENV) if require_token else None
     if require_token and not token:

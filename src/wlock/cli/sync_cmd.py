@@ -52,9 +52,9 @@ def sync(
       wlock sync --offline               # link what is present; report what is missing
       wlock sync --verify                # repair what `wlock check` found
     """
-    from wlock.lockfile import LOCK_NAME, is_fresh, read_lock, stale_error
-    from wlock.manifest import MANIFEST_NAME
-    from wlock.sync import execute_plan, plan_sync, preflight, tidy
+    from wlock.cache.sync import execute_plan, plan_sync, preflight, tidy
+    from wlock.lock.lockfile import LOCK_NAME, is_fresh, read_lock, stale_error
+    from wlock.lock.manifest import MANIFEST_NAME
 
     if locked and frozen:
         raise UsageError("--locked and --frozen cannot be used together",
@@ -69,7 +69,7 @@ def sync(
                    "(--frozen).", err=True)
         frozen = True
     if not frozen:
-        from wlock.manifest import read_manifest
+        from wlock.lock.manifest import read_manifest
 
         manifest = read_manifest(manifest_path)
         if not is_fresh(manifest, lock):

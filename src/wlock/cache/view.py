@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from wlock.atomic import temp_path_for
-from wlock.cache import follows_ref, repo_folder_name, swap_link
+from wlock.cache.layout import follows_ref, repo_folder_name, swap_link
 from wlock.models import Lock
 
 VIEW_FOLDER = ".wlock"

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from wlock.cache import RepoPaths
-from wlock.check import check_cache
+from wlock.cache.check import check_cache
+from wlock.cache.layout import RepoPaths
 from wlock.hubserver.store import DEFAULT_DATE, Commit, Repo, StoredFile, git_blob_id, lfs_pointer
-from wlock.lockfile import is_commit
+from wlock.lock.lockfile import is_commit
 from wlock.models import Lock, LockedRepo
 
 

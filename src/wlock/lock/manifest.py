@@ -13,9 +13,9 @@ from typing import Any
 
 from wlock.atomic import write_text_atomic
 from wlock.errors import InvalidFileError, UsageError
+from wlock.lock.names import ref_problem, repo_id_problem
+from wlock.lock.tomlpos import TomlLocator, read_toml
 from wlock.models import REPO_KINDS, Manifest, ManifestEntry, RepoKind
-from wlock.names import ref_problem, repo_id_problem
-from wlock.tomlpos import TomlLocator, read_toml
 
 MANIFEST_NAME = "weights.toml"
 ENTRY_KEYS = ("id", "ref", "include", "exclude")

@@ -18,6 +18,8 @@ from typing import Any
 
 from wlock.atomic import write_text_atomic
 from wlock.errors import InvalidFileError, LockStaleError
+from wlock.lock.names import file_path_problem, ref_problem, repo_id_problem
+from wlock.lock.tomlpos import TomlLocator, read_toml
 from wlock.models import (
     REPO_KINDS,
     FileTable,
@@ -27,8 +29,6 @@ from wlock.models import (
     Manifest,
     RepoKind,
 )
-from wlock.names import file_path_problem, ref_problem, repo_id_problem
-from wlock.tomlpos import TomlLocator, read_toml
 
 LOCK_NAME = "weights.lock"
 LOCK_VERSION = 1
@@ -192,7 +192,7 @@ def read_lock(path: Path, *, text: str | None = None) -> Lock:
     """Parse and validate weights.lock. Raises InvalidFileError (exit 4) naming line and key.
 
     A lock arrives in pull requests and CI artifacts: every name that becomes a path is
-    checked here (wlock.names), and so is anything the writer never produces (duplicates,
+    checked here (wlock.lock.names), and so is anything the writer never produces (duplicates,
     impossible sizes, a file that is also a folder). A lock with merge-conflict markers is
     refused with a hint to let `wlock lock` resolve it. With `text`, reads that instead
     (one side of a conflict).

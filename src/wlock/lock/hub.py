@@ -19,9 +19,9 @@ from wlock.errors import (
     redact,
 )
 from wlock.hubstatus import hub_error, is_transient, retry_delay
-from wlock.lockfile import is_commit
+from wlock.lock.lockfile import is_commit
+from wlock.lock.names import file_path_problem
 from wlock.models import LockedFile, RepoKind
-from wlock.names import file_path_problem
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi

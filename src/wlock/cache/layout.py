@@ -37,7 +37,7 @@ from pathlib import Path
 
 from wlock.atomic import MACHINE, temp_path_for
 from wlock.errors import UnsafeCacheError
-from wlock.lockfile import is_commit
+from wlock.lock.lockfile import is_commit
 from wlock.models import LockedFile, LockedRepo, RepoKind
 
 TEMP_SUFFIX = ".wlock-incomplete"

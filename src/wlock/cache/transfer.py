@@ -1,7 +1,7 @@
 """Bytes from the Hub to a verified temp file.
 
 Large files go through hf_transfer (parallel range requests, in Rust) in worker processes
-(wlock.transfer_worker): hf_transfer holds the GIL for a whole download, so threads would run
+(wlock.cache.transfer_worker): hf_transfer holds the GIL for a whole download, so threads would run
 them one at a time.
 Small files stream over keep-alive HTTP connections (a client per thread), hashed as they
 arrive.
@@ -386,7 +386,7 @@ class Transfer:
 
 
 class _WorkerPool:
-    """Up to `size` `wlock.transfer_worker` processes, each running one download at a time,
+    """Up to `size` `wlock.cache.transfer_worker` processes, each running one download at a time,
     all living as long as the pool."""
 
     def __init__(self, size: int) -> None:
@@ -445,7 +445,7 @@ class _WorkerPool:
                 # prints a fatal error). If the parent dies, the kernel kills the worker; the
                 # next sync removes what it leaves.
                 out.append(subprocess.Popen(
-                    [sys.executable, "-m", "wlock.transfer_worker"], stdin=subprocess.PIPE,
+                    [sys.executable, "-m", "wlock.cache.transfer_worker"], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True,
                     env={**os.environ, "WLOCK_TRANSFER_PARENT": str(os.getpid())},
                 ))

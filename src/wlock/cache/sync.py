@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from stat import S_ISREG
 
-from wlock.cache import (
+from wlock.cache.layout import (
     LEASES,
     RepoPaths,
     SnapshotBuild,
@@ -334,7 +334,7 @@ def _download_all(
 ) -> tuple[int, list[WlockError], set[tuple[str, str, str]]]:
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
-    from wlock.transfer import LARGE_FILE, FetchJob, IntegrityError, Transfer
+    from wlock.cache.transfer import LARGE_FILE, FetchJob, IntegrityError, Transfer
 
     failures: list[WlockError] = []
     failed: set[tuple[str, str, str]] = set()

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from wlock.cache import RepoPaths, folder_problem, follows_ref, link_target, read_ref
+from wlock.cache.layout import RepoPaths, folder_problem, follows_ref, link_target, read_ref
 from wlock.hashing import HashPool
 from wlock.models import CheckReport, Lock, LockedFile, LockedRepo, Problem, ProblemKind
 
@@ -50,7 +50,7 @@ def check_cache(
             if follows_ref(repo):
                 # The cache may be shared with projects that lock the same branch elsewhere:
                 # a ref at another commit is worth saying, not a failure. `wlock run` gives
-                # this project its own refs (wlock.view).
+                # this project its own refs (wlock.cache.view).
                 ref = read_ref(paths, repo.requested) or "no commit there"
                 if ref != repo.revision:
                     notes.append(Problem("wrong-ref", repo.kind, repo.id,

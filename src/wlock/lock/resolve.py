@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wlock.errors import InvalidFileError, OfflineError, UsageError
-from wlock.hub import DEFAULT_TIMEOUT, HubClient, RemoteSnapshot
-from wlock.lockfile import (
+from wlock.lock.hub import DEFAULT_TIMEOUT, HubClient, RemoteSnapshot
+from wlock.lock.lockfile import (
     LOCK_NAME,
     conflict_sides,
     glob_pattern,
@@ -24,7 +24,7 @@ from wlock.lockfile import (
     stale_error,
     write_lock,
 )
-from wlock.manifest import glob_line, read_manifest
+from wlock.lock.manifest import glob_line, read_manifest
 from wlock.models import (
     REPO_KINDS,
     Lock,
