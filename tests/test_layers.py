@@ -1,0 +1,63 @@
+"""The architecture as STYLE.md draws it, held by a test: data flows one way, and every
+module imports alone (no cycle hidden by import order)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+SHARED = ("wlock.models", "wlock.errors", "wlock.atomic", "wlock.hashing", "wlock.units",
+          "wlock.hubstatus")
+# module prefix -> what it must never import
+FORBIDDEN = {
+    "wlock.lock.": ("wlock.cache", "wlock.cli", "wlock.lint"),  # what to get: no tier
+    # The working tier never resolves: sync reads a lock, it does not make one.
+    "wlock.cache.": ("wlock.lock.resolve", "wlock.lock.hub", "wlock.lock.manifest",
+                     "wlock.cli"),
+    **dict.fromkeys(SHARED, ("wlock.lock", "wlock.cache", "wlock.cli", "wlock.lint")),
+}
+
+
+def modules() -> list[str]:
+    return sorted(
+        ".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+        for p in (SRC / "wlock").rglob("*.py") if p.name != "__main__.py")
+
+
+def imports(module: str) -> set[str]:
+    path = SRC / Path(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {name for name in found if name.startswith("wlock")}
+
+
+@pytest.mark.parametrize("module", modules())
+def test_data_flows_one_way(module: str) -> None:
+    for prefix, forbidden in FORBIDDEN.items():
+        if module == prefix or module.startswith(prefix):
+            bad = sorted(i for i in imports(module) for f in forbidden
+                         if i == f or i.startswith(f + "."))
+            assert not bad, f"{module} must not import {bad}"
+
+
+def test_every_module_imports_alone() -> None:
+    def alone(module: str) -> tuple[str, str]:
+        done = subprocess.run([sys.executable, "-c", f"import {module}"],
+                              capture_output=True, text=True)
+        return module, done.stderr.strip().splitlines()[-1] if done.returncode else ""
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        failures = [f"{m}: {err}" for m, err in pool.map(alone, modules()) if err]
+    assert not failures, failures
