@@ -2,6 +2,7 @@
 
     import wlock
     wlock.revision("acme/tiny-bert")      # the commit weights.lock pins it to
+    wlock.snapshot_path("acme/tiny-squad")  # the locked commit's folder in the cache
     wlock.locked("acme/tiny-squad")       # the whole lock entry: revision, files, sizes, hashes
 
 Importing this package imports nothing heavy (no huggingface_hub): it is safe in any script.
@@ -12,15 +13,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["NotLockedError", "__version__", "locked", "revision"]
+__all__ = ["NotLockedError", "NotSyncedError", "__version__", "locked", "revision",
+           "snapshot_path"]
 
 if TYPE_CHECKING:
-    from wlock.api import NotLockedError, locked, revision
+    from wlock.api import NotLockedError, NotSyncedError, locked, revision, snapshot_path
 
 
 def __getattr__(name: str) -> Any:
     # Lazy, so that `import wlock` (and the CLI's start-up) costs nothing until used.
-    if name in ("revision", "locked", "NotLockedError"):
+    if name in ("revision", "locked", "snapshot_path", "NotLockedError", "NotSyncedError"):
         from wlock import api
 
         return getattr(api, name)

@@ -3,6 +3,7 @@ stay put when only globs change. Real command line, real HTTP to the emulator.""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -309,3 +310,53 @@ def test_transformers_loads_this_projects_commit_by_bare_name(hub: Hub, tmp_path
                     cwd=project)
     assert ran.code == 0, ran.stderr
     assert ran.stdout.split() == ["bert", read_lock(lock_file).repos[0].revision]
+
+
+def test_datasets_and_transformers_load_the_locked_commit_offline_by_folder(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """`datasets` cannot resolve a repo id offline (its load.py asks the Hub first); the
+    locked commit's folder it can: wlock.snapshot_path() gives it, found from the script's
+    own folder though the script runs from elsewhere. transformers takes the folder too."""
+    import json
+
+    dataset_id = hub.unique_id("gsm-mini")
+    rows = {split: [{"question": f"{split} {n}?", "answer": str(n)} for n in range(3)]
+            for split in ("train", "test")}
+    hub.builder.commit("dataset", dataset_id, {
+        f"data/{split}.jsonl": "".join(json.dumps(r) + "\n" for r in split_rows).encode()
+        for split, split_rows in rows.items()} | {"README.md": b"# gsm-mini\n"})
+    project = locked(hub, tmp_path, f'[[dataset]]\nid = "{dataset_id}"\n\n'
+                     '[[model]]\nid = "acme/tiny-bert"\ninclude = ["*.json", "*.txt"]\n')
+    assert run_wlock("sync", "--endpoint", hub.endpoint, cwd=project).code == 0  # $HF_HOME
+    (project / "evaluate.py").write_text(
+        "import wlock\n"
+        "from datasets import load_dataset\n"
+        "from transformers import AutoConfig\n"
+        f"data = load_dataset(str(wlock.snapshot_path({dataset_id!r})))\n"
+        "print(data['test'][2]['answer'], len(data['train']))\n"
+        "config = AutoConfig.from_pretrained(wlock.snapshot_path('acme/tiny-bert'))\n"
+        "print(config.model_type)\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    hub.process.reset_stats()
+    ran = subprocess.run(
+        [sys.executable, str(project / "evaluate.py")], cwd=elsewhere, capture_output=True,
+        text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1",
+                                     "HF_DATASETS_OFFLINE": "1", "HF_ENDPOINT": hub.endpoint,
+                                     "HF_DATASETS_CACHE": str(tmp_path / "datasets-cache")})
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.split() == ["2", "3", "bert"]
+    assert requests(hub) == 0  # offline: had anything asked the Hub, it would show here
+
+
+def test_snapshot_path_says_what_to_do_when_the_commit_is_not_synced(
+    hub: Hub, tmp_path: Path
+) -> None:
+    project = locked(hub, tmp_path)
+    ran = subprocess.run(
+        [sys.executable, "-c", "import wlock; wlock.snapshot_path('ACME/tiny-bert')"],
+        cwd=project, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 1
+    assert "NotSyncedError: model acme/tiny-bert @ " in ran.stderr
+    assert "is not in the cache at" in ran.stderr

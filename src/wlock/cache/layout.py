@@ -62,6 +62,16 @@ def _env_seconds(name: str, default: float) -> float:
 LEASE = _env_seconds("WLOCK_LEASE", 120.0)
 
 
+def default_cache_dir() -> Path:
+    """HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub, as huggingface_hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
+    return Path(home).expanduser() / "hub"
+
+
 def repo_folder_name(kind: RepoKind, repo_id: str) -> str:
     return f"{kind}s--" + "--".join(repo_id.split("/"))
 

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
+from wlock.cache.layout import default_cache_dir
 from wlock.errors import InvalidFileError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,16 +84,6 @@ def default_project() -> Path | None:
     from wlock.lock.manifest import find_project
 
     return find_project(Path.cwd())
-
-
-def default_cache_dir() -> Path:
-    """HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub, as huggingface_hub."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
-    )
-    return Path(home).expanduser() / "hub"
 
 
 def common_options(func: F) -> F:

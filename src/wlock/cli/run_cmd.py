@@ -80,6 +80,6 @@ def run(command: tuple[str, ...], settings: Settings) -> None:
 
 
 def _cache_flag(settings: Settings) -> str:
-    from wlock.cli.options import default_cache_dir
+    from wlock.cache.layout import default_cache_dir
 
     return "" if settings.cache_dir == default_cache_dir() else f" --cache-dir {settings.cache_dir}"
