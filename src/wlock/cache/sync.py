@@ -2,9 +2,11 @@
 
 The plan is data (what is present, missing, corrupt, or only needs a link) computed with `stat`
 alone, so a sync with nothing to do makes no request and returns in milliseconds. Executing it
-fetches each missing blob once, verifies it, publishes it with an atomic rename, then links
-the snapshot and writes the ref, in that order: a snapshot never points at a missing or
-unverified blob, whatever moment a sync is killed at.
+fetches each missing blob once (claimed across processes and nodes), verifies it, publishes it
+under its final name without ever replacing another writer's, links it in the snapshot's
+staging folder as it lands, then puts the snapshot in place and writes the ref, in that
+order: a snapshot never points at a missing or unverified blob, whatever moment a sync is
+killed at.
 """
 
 from __future__ import annotations
