@@ -232,3 +232,13 @@ def test_the_fast_path_pattern_is_the_path_rule_of_names() -> None:
         taken = _RENDERED_FILE.fullmatch(line.encode()) is not None
         plain = json.dumps(case, ensure_ascii=False) == f'"{case}"' and "\x7f" not in case
         assert taken == (file_path_problem(case) is None and plain), repr(case)
+
+
+@pytest.mark.parametrize("before", [8, 9])  # an even and an odd number of lines above it
+def test_conflict_markers_are_refused_at_their_own_line(tmp_path: Path, before: int) -> None:
+    text = render_lock(LOCK).splitlines(keepends=True)
+    text[before:before] = ["<<<<<<< HEAD\n"]
+    with pytest.raises(InvalidFileError) as refused:
+        read_lock(_write(tmp_path / "weights.lock", "".join(text)))
+    assert "merge conflict markers" in str(refused.value)
+    assert refused.value.line == before + 1
