@@ -61,20 +61,35 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(clone / "src")}  # the clone's code, mutated
     subprocess.run([*cosmic, "init", str(config), str(session), "--force"], cwd=clone,
                    check=True, env=env)
-    total, chosen = sample(session, args.sample, args.seed)
-    print(f"{total} mutants in {len(MODULES)} modules; running {chosen}", flush=True)
+    total, chosen = sample(session, clone, args.sample, args.seed)
+    print(f"{total} mutants outside type annotations in {len(MODULES)} modules; running "
+          f"{chosen}", flush=True)
     subprocess.run([*cosmic, "exec", str(config), str(session)], cwd=clone, check=True,
                    env=env)
     report(session, total)
 
 
-def sample(session: Path, size: int, seed: int) -> tuple[int, int]:
-    """Mark all but `size` random mutants as skipped. Returns (all, chosen)."""
+def sample(session: Path, clone: Path, size: int, seed: int) -> tuple[int, int]:
+    """Skip the mutants inside type annotations (equivalent: under `from __future__ import
+    annotations` they are never evaluated, so `int | None` -> `int / None` changes nothing),
+    then all but `size` random ones of the rest. Returns (mutants that matter, chosen)."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
     with use_db(str(session), WorkDB.Mode.open) as db:
-        pending = [item.job_id for item in db.pending_work_items]
+        spans: dict[Path, list[tuple[tuple[int, int], tuple[int, int]]]] = {}
+        pending = []
+        for item in db.pending_work_items:
+            mutation = item.mutations[0]
+            path = clone / mutation.module_path
+            if path not in spans:
+                spans[path] = annotation_spans(path)
+            inside = any(start <= mutation.start_pos and mutation.end_pos <= end
+                         for start, end in spans[path])
+            if inside:
+                db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+            else:
+                pending.append(item.job_id)
         if not size or size >= len(pending):
             return len(pending), len(pending)
         keep = set(random.Random(seed).sample(pending, size))
@@ -82,6 +97,24 @@ def sample(session: Path, size: int, seed: int) -> tuple[int, int]:
             if job_id not in keep:
                 db.set_result(job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
         return len(pending), size
+
+
+def annotation_spans(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) positions of every type annotation in the module."""
+    import ast
+
+    spans = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        notes: list[ast.expr | None] = []
+        if isinstance(node, ast.arg):
+            notes.append(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            notes.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            notes.append(node.annotation)
+        spans += [((n.lineno, n.col_offset), (n.end_lineno or n.lineno, n.end_col_offset or 0))
+                  for n in notes if n is not None]
+    return spans
 
 
 def report(session: Path, total: int) -> None:

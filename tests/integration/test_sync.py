@@ -475,6 +475,26 @@ def test_a_cache_url_that_is_refused_falls_back_to_resolve(hub: Hub, tmp_path: P
     assert check(project, tmp_path / "cache").code == 0
 
 
+def test_a_rate_limited_cache_url_is_retried_not_given_up(hub: Hub, tmp_path: Path) -> None:
+    """A 429 where small files are served directly is the Hub asking to wait, not a sign
+    that the URL is wrong: the file is retried there, and the others keep the short way."""
+    repo_id = hub.unique_id("limited")
+    files = 150
+    hub.builder.commit("model", repo_id, {f"f/{n:03d}.json": os.urandom(100 + n)
+                                          for n in range(files)})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    hub.process.reset_stats()
+    hub.process.faults({"action": "status", "status": 429, "retry_after": 0, "times": 3,
+                        "listener": "hub", "match": "^/api/resolve-cache/", "query": "^$"})
+    assert sync(hub, project, tmp_path / "cache").code == 0
+    resolved, _ = _file_requests(hub, repo_id)
+    assert resolved <= SMALL_CONCURRENCY, resolved
+    statuses = [r["status"] for r in hub.process.stats()["log"]]
+    assert statuses.count(429) == 3  # the faults fired
+    assert check(project, tmp_path / "cache").code == 0
+
+
 def test_persistent_server_errors_give_up_with_exit_5(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n'
                             'include = ["config.json"]\n')
