@@ -229,3 +229,23 @@ def expire(*paths: Path) -> None:
     old = time.time() - LEASE - 5
     for path in paths:
         os.utime(path, (old, old))
+
+
+def test_progress_adds_up_to_the_file_once_fetched(hub: Hub, tmp_path: Path) -> None:
+    """What a large transfer reports as it goes (a watchdog samples the growing file) sums
+    to exactly its size: a bar never overshoots or stops short."""
+    repo_id = big(hub)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    repo = read_lock(project / "weights.lock").repos[0]
+    shard = next(f for f in repo.files if f.size == BIG)
+    reported: list[int] = []
+    # Slow ranges: the watchdog sees the file part-way, as on any real download.
+    hub.process.faults({"action": "delay", "listener": "cdn", "match": "/objects/",
+                        "delay_ms": 400})
+    with Transfer(hub.endpoint, None, jobs=1, connections=1,  # one range at a time
+                  on_bytes=lambda job, n: reported.append(n)) as transfer:
+        transfer.fetch(FetchJob(kind="model", repo_id=repo.id, revision=repo.revision,
+                                path=shard.path, size=shard.size, etag=shard.etag,
+                                hash_kind=shard.hash_kind, temp=tmp_path / "shard.tmp"))
+    assert len(reported) > 1 and sum(reported) == shard.size

@@ -54,3 +54,12 @@ def test_each_blob_is_hashed_once_and_judged_for_all_its_files(
         ("wrong-hash", "b/2.json"), ("wrong-hash", "e/5.json"), ("wrong-hash", "z/last.json")]
     assert report.files == 7
     assert report.bytes_hashed == len(shared) + len(bad) + len(other)  # each blob once
+
+
+def test_the_report_says_how_long_the_check_took(tmp_path: Path) -> None:
+    import time
+
+    lock = make_cache(tmp_path / "cache", {"a.json": b"a\n", "b.json": b"b\n"}, wrong={})
+    started = time.monotonic()
+    report = check_cache(lock, tmp_path / "cache", jobs=1)
+    assert 0 <= report.seconds <= time.monotonic() - started
