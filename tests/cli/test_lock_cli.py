@@ -291,3 +291,11 @@ def test_json_errors_are_json_on_stdout(hub: Hub, tmp_path: Path) -> None:
     write_project(tmp_path, '[[model]]\nid = "acme/does-not-exist"\n')
     hub_error = run_wlock("lock", "--json", "--endpoint", hub.endpoint, cwd=project)
     assert hub_error.code == 5 and json.loads(hub_error.stdout)["error"]["exit_code"] == 5
+
+
+def test_dash_capital_v_prints_the_version_as_uv_does() -> None:
+    from wlock import __version__
+
+    for flag in ("-V", "--version"):
+        result = run_wlock(flag)
+        assert result.code == 0 and result.stdout == f"wlock, version {__version__}\n"

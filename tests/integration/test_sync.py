@@ -541,3 +541,17 @@ def test_json_reports_for_scripts(hub: Hub, tmp_path: Path) -> None:
     again = json.loads(sync(hub, project, cache, "--json").stdout)
     assert (again["fetched_files"], again["files_to_fetch"]) == (0, 0)
     assert again["repos"][0]["present"] == 3 and again["repos"][0]["ref"] is None
+
+
+def test_progress_obeys_hf_hub_disable_progress_bars(
+    hub: Hub, tmp_path: Path, big_repo: str
+) -> None:
+    """As huggingface_hub's own bars do; the summary line stays."""
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{big_repo}"\n')
+    lock(hub, project)
+    shown = sync(hub, project, tmp_path / "shown")
+    hidden = sync(hub, project, tmp_path / "hidden", env={"HF_HUB_DISABLE_PROGRESS_BARS": "1"})
+    assert shown.code == hidden.code == 0
+    assert "model-00001-of-00002.safetensors (" in shown.stderr  # a line per large file
+    assert hidden.stderr.startswith("Synced 1 repos, 4 files")
+    assert "safetensors" not in hidden.stderr

@@ -39,7 +39,7 @@ Try it on the bundled example Hub, offline:
 Exit codes: 0 ok, 1 check failed, 2 usage, 3 lock out of date, 4 invalid file,
 5 Hub error, 6 local problem (space, permissions).""",
 )
-@click.version_option(__version__, prog_name="wlock")
+@click.version_option(__version__, "-V", "--version", prog_name="wlock")
 @click.option("--debug", is_flag=True, help="Show tracebacks for expected errors too.")
 def cli(debug: bool) -> None:
     """wlock: lock Hugging Face model weights to exact commits and bytes."""

@@ -26,11 +26,17 @@ class Progress(Protocol):
 
 
 def make_progress(title: str, total_bytes: int, *, quiet: bool) -> Progress:
-    if quiet:
+    """Bars on a terminal, sparse lines in a log; nothing with `quiet` (--json) or when
+    HF_HUB_DISABLE_PROGRESS_BARS is set, as huggingface_hub's own bars obey it."""
+    if quiet or _env_true("HF_HUB_DISABLE_PROGRESS_BARS"):
         return _Silent()
     if sys.stderr.isatty() and not os.environ.get("CI"):
         return _Bars(title, total_bytes)
     return _Lines(title, total_bytes)
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class _Silent:
