@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx2
@@ -18,6 +19,7 @@ from huggingface_hub import hf_hub_download, snapshot_download
 
 from tests.conftest import Hub, default_sigint, run_wlock, write_project
 from wlock.lock.lockfile import read_lock
+from wlock.models import LockedRepo
 
 BIG = 12 * 1024 * 1024  # through hf_transfer, with Range requests
 
@@ -42,8 +44,18 @@ def serving(project: Path, cache: Path, *extra: str, env: dict[str, str] | None 
         output["stderr"] = proc.communicate(timeout=30)[1]
 
 
+@dataclass
+class Node:
+    project: Path
+    cache: Path  # holds the project's lock, synced
+
+    def entry(self, kind: str) -> LockedRepo:
+        return next(r for r in read_lock(self.project / "weights.lock").repos
+                    if r.kind == kind)
+
+
 @pytest.fixture
-def node(hub: Hub, tmp_path: Path) -> tuple[Path, Path, str]:
+def node(hub: Hub, tmp_path: Path) -> Node:
     """A project and a node's cache holding its lock: a model with a large file and small
     ones, and a dataset."""
     repo_id = hub.unique_id("served")
@@ -57,15 +69,13 @@ def node(hub: Hub, tmp_path: Path) -> tuple[Path, Path, str]:
     cache = tmp_path / "node1"
     assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
                      cwd=project).code == 0
-    return project, cache, repo_id
+    return Node(project, cache)
 
 
 def test_a_nodes_cache_feeds_wlock_sync_and_huggingface_hub(
-    hub: Hub, tmp_path: Path, node: tuple[Path, Path, str]
+    hub: Hub, tmp_path: Path, node: Node
 ) -> None:
-    project, cache, repo_id = node
-    lock = read_lock(project / "weights.lock")
-    model = next(r for r in lock.repos if r.kind == "model")
+    project, cache, model = node.project, node.cache, node.entry("model")
     with serving(project, cache) as (endpoint, _):
         hub.process.reset_stats()
         other = tmp_path / "node2"
@@ -74,7 +84,7 @@ def test_a_nodes_cache_feeds_wlock_sync_and_huggingface_hub(
         assert result.code == 0, result.stderr
         assert run_wlock("check", "--cache-dir", str(other), cwd=project).code == 0
         # huggingface_hub, by branch and by commit, against the served endpoint.
-        folder = snapshot_download(repo_id, revision="main", endpoint=endpoint,
+        folder = snapshot_download(model.id, revision="main", endpoint=endpoint,
                                    cache_dir=tmp_path / "hf")
         for f in model.files:
             data = (Path(folder) / f.path).read_bytes()
@@ -88,12 +98,10 @@ def test_a_nodes_cache_feeds_wlock_sync_and_huggingface_hub(
 
 
 def test_what_is_not_locked_or_not_complete_is_a_404_with_the_hubs_headers(
-    hub: Hub, tmp_path: Path, node: tuple[Path, Path, str]
+    hub: Hub, tmp_path: Path, node: Node
 ) -> None:
-    project, cache, _ = node
-    lock = read_lock(project / "weights.lock")
-    model = next(r for r in lock.repos if r.kind == "model")
-    dataset = next(r for r in lock.repos if r.kind == "dataset")
+    project, cache = node.project, node.cache
+    model, dataset = node.entry("model"), node.entry("dataset")
     # The dataset loses a blob: it is not served at all, and the serve output says why.
     blob = next((cache / f"datasets--{dataset.id.replace('/', '--')}" / "blobs").iterdir())
     blob.unlink()
@@ -121,9 +129,9 @@ def test_what_is_not_locked_or_not_complete_is_a_404_with_the_hubs_headers(
 
 
 def test_a_required_token_guards_every_byte(
-    hub: Hub, tmp_path: Path, node: tuple[Path, Path, str]
+    hub: Hub, tmp_path: Path, node: Node
 ) -> None:
-    project, cache, _ = node
+    project, cache = node.project, node.cache
     secret = "serve-secret-42"
     with serving(project, cache, "--require-token",
                  env={"WLOCK_SERVE_TOKEN": secret}) as (endpoint, _):
@@ -131,8 +139,7 @@ def test_a_required_token_guards_every_byte(
                             str(tmp_path / "n2"), cwd=project)
         assert refused.code == 5 and secret not in refused.stderr
         with httpx2.Client(base_url=endpoint) as client:
-            model = next(r for r in read_lock(project / "weights.lock").repos
-                         if r.kind == "model")
+            model = node.entry("model")
             shard = next(f for f in model.files if f.size == BIG)
             assert client.head(f"/{model.id}/resolve/{model.revision}/{shard.path}"
                                ).status_code == 401

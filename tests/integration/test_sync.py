@@ -440,16 +440,22 @@ def _file_requests(hub: Hub, repo_id: str) -> tuple[int, int]:
             sum(p.startswith(f"/api/resolve-cache/models/{repo_id}/") for p in paths))
 
 
-def test_small_files_take_one_round_trip_once_the_redirect_is_known(
-    hub: Hub, tmp_path: Path
-) -> None:
-    repo_id = hub.unique_id("many")
-    files = 150
+def _small_files_locked(hub: Hub, tmp_path: Path, stem: str, files: int) -> tuple[str, Path]:
+    """A model of `files` small git files, locked, with the emulator's counters reset."""
+    repo_id = hub.unique_id(stem)
     hub.builder.commit("model", repo_id, {f"f/{n:03d}.json": os.urandom(100 + n)
                                           for n in range(files)})
     project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
     lock(hub, project)
     hub.process.reset_stats()
+    return repo_id, project
+
+
+def test_small_files_take_one_round_trip_once_the_redirect_is_known(
+    hub: Hub, tmp_path: Path
+) -> None:
+    files = 150
+    repo_id, project = _small_files_locked(hub, tmp_path, "many", files)
     assert sync(hub, project, tmp_path / "cache").code == 0
     resolved, direct = _file_requests(hub, repo_id)
     # Only the files started before the first redirect came back went through /resolve.
@@ -458,13 +464,8 @@ def test_small_files_take_one_round_trip_once_the_redirect_is_known(
 
 
 def test_a_cache_url_that_is_refused_falls_back_to_resolve(hub: Hub, tmp_path: Path) -> None:
-    repo_id = hub.unique_id("fallback")
     files = 120
-    hub.builder.commit("model", repo_id, {f"f/{n:03d}.json": os.urandom(100 + n)
-                                          for n in range(files)})
-    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
-    lock(hub, project)
-    hub.process.reset_stats()
+    repo_id, project = _small_files_locked(hub, tmp_path, "fallback", files)
     # A Hub that redirects to its cache URL but refuses requests that did not come through
     # /resolve: here, every cache URL request without the redirect's query.
     hub.process.faults({"action": "status", "status": 404, "listener": "hub",
@@ -478,13 +479,8 @@ def test_a_cache_url_that_is_refused_falls_back_to_resolve(hub: Hub, tmp_path: P
 def test_a_rate_limited_cache_url_is_retried_not_given_up(hub: Hub, tmp_path: Path) -> None:
     """A 429 where small files are served directly is the Hub asking to wait, not a sign
     that the URL is wrong: the file is retried there, and the others keep the short way."""
-    repo_id = hub.unique_id("limited")
     files = 150
-    hub.builder.commit("model", repo_id, {f"f/{n:03d}.json": os.urandom(100 + n)
-                                          for n in range(files)})
-    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
-    lock(hub, project)
-    hub.process.reset_stats()
+    repo_id, project = _small_files_locked(hub, tmp_path, "limited", files)
     hub.process.faults({"action": "status", "status": 429, "retry_after": 0, "times": 3,
                         "listener": "hub", "match": "^/api/resolve-cache/", "query": "^$"})
     assert sync(hub, project, tmp_path / "cache").code == 0
