@@ -18,17 +18,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import WLOCK, compile_wlock, machine, run, shards_repo
+from _common import WLOCK, compile_wlock, machine, run, shards_repo, snapshot_download
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.juicefs import two_node_volume
 
 from wlock.hubserver.process import HubProcess
 
-SNAPSHOT_DOWNLOAD = (
-    "import sys; from huggingface_hub import snapshot_download; "
-    "snapshot_download('bench/shards', cache_dir=sys.argv[1], endpoint=sys.argv[2])"
-)
 PER_NODE = 4
 
 
@@ -79,8 +75,8 @@ def main() -> None:
                         run([*WLOCK, "check", "--cache-dir", caches[1]], cwd=project)
                         check = time.perf_counter() - started
                     else:
-                        seconds = batch([[sys.executable, "-c", SNAPSHOT_DOWNLOAD, c,
-                                          hub.endpoint] for c in caches], project)
+                        seconds = batch([snapshot_download("bench/shards", c, hub.endpoint)
+                                         for c in caches], project)
                         check = 0.0
                     results[name] = (seconds, check, served(hub))
 

@@ -14,19 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-from _common import WLOCK, compile_wlock, machine, median, run, timed
+from _common import WLOCK, compile_wlock, machine, median, run, snapshot_download, timed
 
 from wlock.hubserver.process import HubProcess
 from wlock.hubserver.store import StoreBuilder
-
-SNAPSHOT_DOWNLOAD = (
-    "import sys; from huggingface_hub import snapshot_download; "
-    "snapshot_download('bench/small', cache_dir=sys.argv[1], endpoint=sys.argv[2])"
-)
 
 
 def main() -> None:
@@ -58,7 +52,7 @@ def main() -> None:
                 shutil.rmtree(cache)
                 cache = root / f"hf-{i}"
                 times["hf"].append(timed(lambda cache=cache: run(
-                    [sys.executable, "-c", SNAPSHOT_DOWNLOAD, str(cache), hub.endpoint],
+                    snapshot_download("bench/small", cache, hub.endpoint),
                     env={"HF_HUB_DISABLE_PROGRESS_BARS": "1"})))
                 shutil.rmtree(cache)
 

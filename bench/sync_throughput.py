@@ -17,18 +17,22 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-from _common import WLOCK, compile_wlock, machine, measured, median, run, shards_repo, timed
+from _common import (
+    WLOCK,
+    compile_wlock,
+    machine,
+    measured,
+    median,
+    run,
+    shards_repo,
+    snapshot_download,
+    timed,
+)
 
 from wlock.hubserver.process import HubProcess
-
-SNAPSHOT_DOWNLOAD = (
-    "import sys; from huggingface_hub import snapshot_download; "
-    "snapshot_download('bench/shards', cache_dir=sys.argv[1], endpoint=sys.argv[2])"
-)
 
 
 def main() -> None:
@@ -73,7 +77,7 @@ def main() -> None:
                 run(["sync"])
                 cache = root / f"hf-cache-{i}"
                 seconds, peak = measured(
-                    [sys.executable, "-c", SNAPSHOT_DOWNLOAD, str(cache), hub.endpoint],
+                    snapshot_download("bench/shards", cache, hub.endpoint),
                     env={"HF_HUB_DISABLE_PROGRESS_BARS": "1"})
                 times["hf"].append(seconds)
                 peaks["hf"].append(peak)
