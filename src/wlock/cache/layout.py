@@ -244,41 +244,60 @@ def flock_works(folder: Path) -> bool:
 
     On some network filesystems (Lustre with `localflock`, NFS with `local_lock=all`) flock
     succeeds for everyone: two opens of one file in this very process both get the lock
-    there, which is what this probes, once per process and filesystem. `WLOCK_FLOCK=off`
+    there, which is what this probes, once per process and folder. `WLOCK_FLOCK=off`
     says not to trust it where the probe cannot tell (locks local to each node). Without
     working locks, syncs may download a blob twice and leftovers wait for their lease:
     the result is the same, only slower.
     """
-    import fcntl
-
     if os.environ.get("WLOCK_FLOCK", "").lower() in ("0", "off", "no", "false"):
         return False
-    try:
-        key = str(os.stat(folder).st_dev)
-    except OSError:
-        return False
+    # Keyed by the folder, not its filesystem: no stat on the path of every small file.
+    key = str(folder)
     if key not in _FLOCK:
-        probe = folder / f".wlock-flock-probe.{MACHINE}-{os.getpid()}.{os.urandom(4).hex()}"
-        works = False
-        try:
-            first = os.open(probe, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                second = os.open(probe, os.O_RDWR)
-                try:
-                    fcntl.flock(first, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    try:
-                        fcntl.flock(second, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:
-                        works = True
-                finally:
-                    os.close(second)
-            finally:
-                os.close(first)
-                os.unlink(probe)
-        except OSError:
-            pass
+        works = _probe_flock(folder)
+        if works is None:
+            return False  # no such folder (yet): ask again once it exists
         _FLOCK[key] = works
     return _FLOCK[key]
+
+
+def _probe_flock(folder: Path) -> bool | None:
+    """Whether a second open of a file in `folder` is refused the lock the first holds;
+    None when `folder` does not exist."""
+    probe = folder / f".wlock-flock-probe.{MACHINE}-{os.getpid()}.{os.urandom(4).hex()}"
+    try:
+        first = os.open(probe, os.O_RDWR | os.O_CREAT, 0o600)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return False
+    try:
+        second = os.open(probe, os.O_RDWR)
+        try:
+            # Both getting it means this flock excludes nobody.
+            return _try_flock(first) is True and _try_flock(second) is False
+        finally:
+            os.close(second)
+    except OSError:
+        return False
+    finally:
+        os.close(first)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+
+
+def _try_flock(fd: int) -> bool | None:
+    """Take an exclusive flock on `fd` without waiting: True; False when another open file
+    holds it; None when this filesystem has no flock."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return None
+    return True
 
 
 class _Leases:
@@ -334,7 +353,6 @@ def claim_blob(
     and never replaces a published blob; the lock only saves the bytes. While it waits,
     `on_wait(bytes)` hears how far the holder got, for the waiter's progress bar.
     """
-    import fcntl
 
     blob = paths.blob(file.etag)
     lock = blob_lock_path(paths, file.etag)
@@ -348,13 +366,8 @@ def claim_blob(
     try:
         progress, moved = -1, time.monotonic()
         while fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                pass
-            except OSError:
-                break  # flock not supported here
+            if _try_flock(fd) is not False:
+                break  # ours, or flock not supported here
             if _published(blob, file.size):
                 yield False
                 return
@@ -586,8 +599,6 @@ def _stale(paths: RepoPaths, name: str, path: str, now: float) -> bool:
 def _lock_free(lock: Path) -> bool | None:
     """Whether nobody holds `lock` (flock); None when it cannot be told (no lock file, as
     with a writer older than the locks, or no working flock on this filesystem)."""
-    import fcntl
-
     if not flock_works(lock.parent):
         return None
     try:
@@ -595,14 +606,9 @@ def _lock_free(lock: Path) -> bool | None:
     except OSError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    except OSError:
-        return None
+        return _try_flock(fd)
     finally:
         os.close(fd)
-    return True
 
 
 def _alive(pid: int) -> bool:
