@@ -13,14 +13,19 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SHARED = ("wlock.models", "wlock.errors", "wlock.atomic", "wlock.hashing", "wlock.units",
-          "wlock.hubstatus")
+          "wlock.hubstatus", "wlock.fastcopy")
 # module prefix -> what it must never import
 FORBIDDEN = {
     "wlock.lock.": ("wlock.cache", "wlock.cli", "wlock.lint"),  # what to get: no tier
     # The working tier never resolves: sync reads a lock, it does not make one.
+    # The archive tier is a source sync asks through a protocol, never an import.
     "wlock.cache.": ("wlock.lock.resolve", "wlock.lock.hub", "wlock.lock.manifest",
-                     "wlock.cli"),
-    **dict.fromkeys(SHARED, ("wlock.lock", "wlock.cache", "wlock.cli", "wlock.lint")),
+                     "wlock.cli", "wlock.archive"),
+    # The archive holds what a lock names; it does not resolve, and the command line
+    # is above it.
+    "wlock.archive.": ("wlock.lock.resolve", "wlock.lock.hub", "wlock.cli", "wlock.lint"),
+    **dict.fromkeys(SHARED, ("wlock.lock", "wlock.cache", "wlock.cli", "wlock.lint",
+                             "wlock.archive")),
 }
 
 

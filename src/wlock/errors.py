@@ -145,6 +145,13 @@ class UnsafePathError(HubError):
         self.path = path
 
 
+class ArchiveError(WlockError):
+    """The archive (an object store) refused or could not be reached."""
+
+    exit_code = ExitCode.HUB
+    label = "archive"
+
+
 class LocalError(WlockError):
     """This machine cannot do it: space, permissions, a read-only cache."""
 

@@ -285,9 +285,13 @@ class SyncPlan:
 class SyncResult:
     plan: SyncPlan
     fetched_files: int
-    fetched_bytes: int
+    fetched_bytes: int  # from the Hub
     linked: int
     seconds: float
+    # Per source other than the Hub (another cache, an archive): [files, bytes] it gave.
+    restored: dict[str, list[int]] = field(default_factory=dict)
+    # One line per blob a source held with wrong bytes (refused, then fetched elsewhere).
+    refused: tuple[str, ...] = ()
 
 
 ProblemKind = Literal["missing", "wrong-size", "wrong-hash", "wrong-link", "wrong-ref", "unsafe"]

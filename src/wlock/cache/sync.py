@@ -14,11 +14,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from stat import S_ISREG
+from typing import TYPE_CHECKING
 
 from wlock.cache.layout import (
     LEASES,
@@ -46,6 +48,9 @@ from wlock.errors import (
     WlockError,
 )
 from wlock.models import Lock, LockedFile, LockedRepo, RepoSyncPlan, SyncPlan, SyncResult
+
+if TYPE_CHECKING:
+    from wlock.cache.sources import BlobSource
 from wlock.units import human_size
 
 DEFAULT_JOBS = 4
@@ -228,17 +233,22 @@ def execute_plan(
     connections: int = DEFAULT_CONNECTIONS,
     timeout: float = DEFAULT_TIMEOUT,
     offline: bool = False,
+    sources: Sequence[BlobSource] = (),
     on_start: Callable[[str, int], None] | None = None,
     on_bytes: Callable[[str, int], None] | None = None,
     on_done: Callable[[str, int], None] | None = None,
 ) -> SyncResult:
     """Fetch, verify, publish, link and ref everything `plan` lists as missing.
 
+    Each missing blob is asked of `sources` in turn (another cache, an archive) before the
+    Hub, and verified the same way whichever gave it; wrong bytes from a source are refused
+    (reported in the result's `refused`) and the next source asked.
+
     Raises IntegrityFailure (exit 1) when bytes stay wrong after one retry, HubError (5),
     LocalError (6) when the cache cannot be written; other files still complete first. A
     transfer that receives nothing for `timeout` seconds is cancelled and retried once.
-    With `offline`, nothing is fetched: what only needs links is done, and every missing
-    blob is an OfflineError (exit 5) in the report.
+    With `offline`, nothing is fetched from the Hub: what only needs links is done, the
+    sources are asked, and every blob none of them holds is an OfflineError (exit 5).
     """
     started = time.monotonic()
     cache_dir = Path(plan.cache_dir)
@@ -259,6 +269,8 @@ def execute_plan(
     failed_blobs: set[tuple[str, str, str]] = set()
     downloads = [(r.repo, f) for r in work for f in r.downloads]
     fetched_bytes = 0
+    restored: dict[str, list[int]] = {}
+    refused: list[str] = []
     # Links only to blobs that are in, the ref last: a snapshot never points at a missing
     # blob, and a ref never names a snapshot that is not complete. A new snapshot is built
     # in staging while the downloads run and put in place once its repo has no failure.
@@ -271,8 +283,9 @@ def execute_plan(
                     (*r.fetch, *r.corrupt, *r.link))
         except OSError as e:
             raise _local(e, cache_dir) from e
-        if downloads and offline:
-            failures, failed_blobs = _offline_failures(downloads)
+        if downloads and offline and not sources:
+            failures = [_offline_error(repo, f) for repo, f in downloads]
+            failed_blobs = {(*repo.key, f.etag) for repo, f in downloads}
             downloads = []
         elif downloads:
             # Blobs present with wrong bytes: the good ones replace them. Any other blob that
@@ -281,7 +294,8 @@ def execute_plan(
                 (*r.repo.key, f.etag) for r in work for f in r.corrupt}
             fetched_bytes, failures, failed_blobs = _download_all(
                 downloads, cache_dir, endpoint, token, jobs, connections, timeout, wrong_blobs,
-                builds, on_start, on_bytes, on_done,
+                builds, _Sources(sources, offline, restored, refused),
+                on_start, on_bytes, on_done,
             )
         linked = 0
         try:
@@ -303,21 +317,69 @@ def execute_plan(
         if len(failures) == 1:
             raise failures[0]
         raise SyncFailed(failures)
-    return SyncResult(plan=plan, fetched_files=len(downloads), fetched_bytes=fetched_bytes,
-                      linked=linked, seconds=time.monotonic() - started)
+    hub_files = len(downloads) - sum(n for n, _ in restored.values())
+    return SyncResult(plan=plan, fetched_files=hub_files,
+                      fetched_bytes=fetched_bytes - sum(b for _, b in restored.values()),
+                      linked=linked, seconds=time.monotonic() - started,
+                      restored=restored, refused=tuple(refused))
 
 
-def _offline_failures(
-    downloads: list[tuple[LockedRepo, LockedFile]],
-) -> tuple[list[WlockError], set[tuple[str, str, str]]]:
-    cause = "offline mode is on (--offline or HF_HUB_OFFLINE=1) and these are not in the cache"
-    failures: list[WlockError] = []
-    for repo, f in downloads:
-        failures.append(OfflineError(
-            f"{repo.id}/{f.path} ({human_size(f.size)}): {cause}", repo=repo.id,
-            hint="Run `wlock sync` with network access.", cause=cause,
-            subject=f"{repo.id}/{f.path}"))
-    return failures, {(*repo.key, f.etag) for repo, f in downloads}
+def _offline_error(repo: LockedRepo, f: LockedFile, asked: str = "") -> OfflineError:
+    cause = ("offline mode is on (--offline or HF_HUB_OFFLINE=1) and these are not in the "
+             f"cache{asked}")
+    return OfflineError(
+        f"{repo.id}/{f.path} ({human_size(f.size)}): {cause}", repo=repo.id,
+        hint="Run `wlock sync` with network access, or give a source that holds them "
+        "(--archive URL, --from-cache DIR).", cause=cause, subject=f"{repo.id}/{f.path}")
+
+
+class _Sources:
+    """The sources a sync asks before the Hub, and what each gave or was refused."""
+
+    def __init__(self, sources: Sequence[BlobSource], offline: bool,
+                 restored: dict[str, list[int]], refused: list[str]) -> None:
+        self.sources, self.offline = sources, offline
+        self.restored, self.refused = restored, refused
+        self._lock = threading.Lock()
+
+    def fetch(self, repo: LockedRepo, f: LockedFile, temp: Path) -> bool:
+        """Fill `temp` with verified bytes from the first source that has them; False when
+        none has (then the Hub is asked, or, offline, the file fails)."""
+        from wlock.hashing import hash_file
+
+        refusals: list[str] = []
+        for source in self.sources:
+            try:
+                if not source.fetch(repo, f, temp):
+                    continue
+                size = os.stat(temp).st_size
+                digest = hash_file(temp, f.hash_kind) if size == f.size else None
+            except (OSError, WlockError) as e:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)
+                why = e.strerror or str(e) if isinstance(e, OSError) else e.message
+                refusals.append(f"{source.label}: cannot be read ({why})")
+                continue
+            if digest != f.etag:
+                os.unlink(temp)
+                refusals.append(f"{source.label}: wrong bytes (expected {f.hash_kind} "
+                                f"{f.etag}, {f.size} bytes; got {digest or '?'}, {size} "
+                                "bytes), refused")
+                continue
+            with self._lock:
+                counts = self.restored.setdefault(source.label, [0, 0])
+                counts[0] += 1
+                counts[1] += f.size
+                self.refused.extend(f"{repo.id}/{f.path}: {r}" for r in refusals)
+            return True
+        with self._lock:
+            self.refused.extend(f"{repo.id}/{f.path}: {r}" for r in refusals)
+        if self.offline:
+            asked = f" or in {', '.join(s.label for s in self.sources)}"
+            if refusals:
+                asked += f" ({'; '.join(refusals)})"
+            raise _offline_error(repo, f, asked)
+        return False
 
 
 def _download_all(
@@ -330,6 +392,7 @@ def _download_all(
     timeout: float,
     wrong_blobs: set[tuple[str, str, str]],
     builds: dict[tuple[str, str], SnapshotBuild],
+    sources: _Sources,
     on_start: Callable[[str, int], None] | None,
     on_bytes: Callable[[str, int], None] | None,
     on_done: Callable[[str, int], None] | None,
@@ -378,6 +441,14 @@ def _download_all(
                 on_bytes(label, settled - waited[0])
             if not mine and not wrong:
                 return 0  # another sync (another node) published it meanwhile
+            temp = temp_blob_path(paths, f.etag)
+            with LEASES.hold(temp):
+                found = sources.fetch(repo, f, temp)
+            if found:
+                if on_bytes:
+                    on_bytes(label, f.size)
+                publish_blob(temp, paths.blob(f.etag), replace=wrong)
+                return f.size
             for attempt in (1, 2):
                 job = FetchJob(
                     kind=repo.kind, repo_id=repo.id, revision=repo.revision, path=f.path,

@@ -14,6 +14,7 @@ import sys
 import click
 
 from wlock import __version__
+from wlock.cli.archive_cmd import archive
 from wlock.cli.check_cmd import check
 from wlock.cli.lint_cmd import lint
 from wlock.cli.lock_cmd import lock
@@ -47,7 +48,7 @@ def cli(debug: bool) -> None:
         os.environ["WLOCK_DEBUG"] = "1"
 
 
-for command in (init, add, remove, lock, sync, check, lint, run, serve):
+for command in (init, add, remove, lock, sync, check, archive, lint, run, serve):
     cli.add_command(command)
 
 

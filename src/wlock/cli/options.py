@@ -137,3 +137,37 @@ lock_option = click.option(
 offline_option = click.option(
     "--offline", is_flag=True,
     help="Make no network request, as HF_HUB_OFFLINE=1 (which is honoured too).")
+
+
+ARCHIVE_ENV = "WLOCK_ARCHIVE"
+
+archive_option = click.option(
+    "--archive", "archive_flag", metavar="URL",
+    help="The archive: a folder or s3://bucket/prefix (default: $WLOCK_ARCHIVE, else "
+    "[tool.wlock.archive] url in weights.toml). Credentials come from the AWS environment.")
+
+
+def archive_url(settings: Settings, flag: str | None) -> str | None:
+    """--archive (or --to), else $WLOCK_ARCHIVE, else `[tool.wlock.archive] url` in the
+    project's weights.toml; None when none is set."""
+    import tomllib
+
+    from wlock.lock.manifest import MANIFEST_NAME
+
+    if flag:
+        return flag
+    if os.environ.get(ARCHIVE_ENV):
+        return os.environ[ARCHIVE_ENV]
+    try:
+        manifest = settings.lock_path().parent / MANIFEST_NAME
+        with open(manifest, "rb") as f:
+            table = tomllib.load(f).get("tool", {}).get("wlock", {}).get("archive", {})
+    except (OSError, tomllib.TOMLDecodeError, InvalidFileError):
+        return None  # a broken manifest is reported by the command that reads it
+    url = table.get("url") if isinstance(table, dict) else None
+    if url is not None and not isinstance(url, str):
+        raise InvalidFileError(str(manifest), "must be a string: a folder or s3://bucket/prefix",
+                               key="tool.wlock.archive.url")
+    if isinstance(url, str) and not url.startswith(("/", "~")) and "://" not in url:
+        return str(manifest.parent / url)  # relative to weights.toml, not to the cwd
+    return url

@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from wlock.cli.options import Settings, common_options, lock_option, offline_option
+from wlock.cli.options import (
+    Settings,
+    archive_option,
+    archive_url,
+    common_options,
+    lock_option,
+    offline_option,
+)
 from wlock.errors import UsageError
 from wlock.models import SyncPlan
 from wlock.units import human_size
+
+if TYPE_CHECKING:
+    from wlock.cache.sources import BlobSource
 
 
 @click.command()
@@ -29,12 +40,19 @@ from wlock.units import human_size
               metavar="SECONDS",
               help="Cancel and retry (once) a transfer that receives nothing for this long; "
               "a stalled server ends the sync within about twice this.")
+@click.option("--from-cache", "from_caches", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Another Hugging Face cache (a NAS copy, a colleague's HF_HOME) to copy "
+              "missing blobs from before the archive and the Hub; repeatable.")
+@archive_option
+@click.option("--no-archive", is_flag=True, help="Do not restore from the configured archive.")
 @lock_option
 @offline_option
 @common_options
 def sync(
     locked: bool, frozen: bool, dry_run: bool, verify: bool, jobs: int, connections: int,
-    timeout: float, settings: Settings,
+    timeout: float, from_caches: tuple[Path, ...], archive_flag: str | None, no_archive: bool,
+    settings: Settings,
 ) -> None:
     """Materialize exactly the locked files into the Hugging Face cache.
 
@@ -51,6 +69,12 @@ def sync(
       wlock sync --frozen --lock /deploy/weights.lock   # a machine with only the lock
       wlock sync --offline               # link what is present; report what is missing
       wlock sync --verify                # repair what `wlock check` found
+      wlock sync --offline --archive /mnt/nas/weights   # restore without the Hub
+      wlock sync --from-cache /mnt/nas/hf-cache         # copy from another cache first
+
+    Sources are asked in this order, each blob verified whichever gave it: --from-cache
+    folders, the archive (--archive, $WLOCK_ARCHIVE or [tool.wlock.archive] in
+    weights.toml), then the Hub. Wrong bytes from a source are refused and reported.
     """
     from wlock.cache.sync import execute_plan, plan_sync, preflight, tidy
     from wlock.lock.lockfile import LOCK_NAME, is_fresh, read_lock, stale_error
@@ -108,11 +132,13 @@ def sync(
         preflight(plan)
     from wlock.cli.progress import make_progress
 
+    sources = _sources(settings, from_caches, archive_flag, no_archive)
     progress = make_progress("Syncing", plan.bytes_to_fetch, quiet=settings.json)
     try:
         result = execute_plan(
             plan, endpoint=settings.endpoint, token=_token(settings), jobs=jobs,
             connections=connections, timeout=timeout, offline=settings.offline,
+            sources=sources,
             on_start=progress.start, on_bytes=progress.advance, on_done=progress.done,
         )
     finally:
@@ -120,13 +146,41 @@ def sync(
     if settings.json:
         click.echo(json.dumps(_plan_json(plan) | {
             "fetched_files": result.fetched_files, "fetched_bytes": result.fetched_bytes,
-            "seconds": round(result.seconds, 3),
+            "restored": {label: {"files": n, "bytes": b}
+                         for label, (n, b) in result.restored.items()},
+            "refused": list(result.refused), "seconds": round(result.seconds, 3),
         }, indent=2))
         return
+    for line in result.refused:
+        click.echo(f"warning: {line}", err=True)
     touched = sum(len(r.fetch) + len(r.corrupt) + len(r.link) for r in plan.repos)
     click.echo(
         f"Synced {len(plan.repos)} repos, {touched} files, {human_size(result.fetched_bytes)} "
-        f"in {result.seconds:.1f}s; {plan.files_present} files already present.", err=True)
+        + ("from the Hub " if result.restored else "")
+        + f"in {result.seconds:.1f}s; {plan.files_present} files already present.", err=True)
+    for label, (n, b) in result.restored.items():
+        click.echo(f"  {n} files ({human_size(b)}) restored from {label}", err=True)
+
+
+def _sources(settings: Settings, from_caches: tuple[Path, ...], archive_flag: str | None,
+             no_archive: bool) -> list[BlobSource]:
+    """The sources asked before the Hub: other caches, then the archive."""
+    from wlock.cache.sources import OtherCache
+
+    sources: list[BlobSource] = []
+    for folder in from_caches:
+        other = OtherCache(folder)
+        if other.folder == settings.cache_dir.expanduser().resolve():
+            raise UsageError(f"--from-cache {folder} is the cache being synced",
+                             hint="Give another machine's or user's cache.")
+        sources.append(other)
+    url = None if no_archive else archive_url(settings, archive_flag)
+    if url is not None:
+        from wlock.archive.restore import ArchiveSource
+        from wlock.archive.store import open_archive
+
+        sources.append(ArchiveSource(open_archive(url)))
+    return sources
 
 
 def _token(settings: Settings) -> str | None:

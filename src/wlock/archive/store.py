@@ -1,0 +1,304 @@
+"""An archive: a folder (a NAS mount) or an object store holding the locked blobs for good.
+
+Layout, the same on both:
+
+    <root>/blobs/<etag>                                   the bytes, once, by the lock's name
+    <root>/revisions/<kind>s--<org>--<name>/<commit>.json  per locked revision: its files,
+                                                           sizes and hashes
+
+Content-addressed, so a blob used by many revisions (or many projects) is stored once, and
+self-describing, so the archive can be checked and restored from without the project. A
+revision's manifest is written after all its blobs, as a ref is written after its snapshot.
+
+Object stores go through fsspec (s3fs for `s3://`, or any fsspec protocol that is installed):
+the endpoint and credentials come from the usual AWS variables and profiles
+(`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, `AWS_PROFILE`, ...), never from weights.toml. An
+object is created whole or not at all (a single PUT, or a multipart upload completed only
+after every byte was hashed), so a partial upload is never visible under its final name. A
+folder gets a temp file renamed into place by a hard link, which never replaces another
+writer's blob.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import threading
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from wlock.errors import ArchiveError, LocalError, UsageError
+from wlock.fastcopy import clone_or_copy
+from wlock.hashing import hash_file
+
+CHUNK = 8 * 1024 * 1024
+PART = 16 * 1024 * 1024  # multipart size for uploads (S3's minimum is 5 MiB)
+
+
+class WrongBytes(Exception):
+    """The bytes read for the archive do not hash to their name: nothing was stored."""
+
+    def __init__(self, actual: str, size: int) -> None:
+        super().__init__(f"got {actual}, {size} bytes")
+        self.actual, self.size = actual, size
+
+
+class Archive(ABC):
+    """What an archive can do; one object per command, safe to use from many threads."""
+
+    url: str
+
+    @abstractmethod
+    def listing(self, folder: str) -> dict[str, int]:
+        """Every object under `folder` ("blobs", "revisions/<...>"): relative name -> size.
+        One listing (one request per thousand objects on S3), never a request per file."""
+
+    @abstractmethod
+    def put_blob(self, etag: str, source: Path, hash_kind: str, size: int) -> None:
+        """Store `source` as blobs/<etag>, hashing the bytes on their way in; raises
+        WrongBytes (and stores nothing) when they do not match `etag` and `size`."""
+
+    @abstractmethod
+    def get_blob(self, etag: str, dest: Path) -> None:
+        """Write blobs/<etag> into the local file `dest` (unverified: the caller checks)."""
+
+    @abstractmethod
+    def put_text(self, name: str, text: str) -> None:
+        """Store a small document (a revision's manifest) under `name`, whole."""
+
+    @abstractmethod
+    def get_text(self, name: str) -> str | None:
+        """A small document, or None when absent."""
+
+
+def open_archive(url: str) -> Archive:
+    """An archive at `url`: a folder path (or file://), or an fsspec URL such as
+    s3://bucket/prefix."""
+    if "://" not in url or url.startswith("file://"):
+        return FolderArchive(Path(url.removeprefix("file://")).expanduser())
+    protocol = url.split("://", 1)[0]
+    if "@" in url.split("://", 1)[1].split("/", 1)[0]:
+        raise UsageError(f"the archive URL {url.split('@')[-1]!r} carries credentials",
+                         hint="Give them through the environment (AWS_ACCESS_KEY_ID, "
+                         "AWS_PROFILE, ...), never in a URL or in weights.toml.")
+    return ObjectArchive(url, protocol)
+
+
+class FolderArchive(Archive):
+    """A folder: a NAS mount, a second disk."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.url = str(self.root)
+
+    def listing(self, folder: str) -> dict[str, int]:
+        base = self.root / folder
+        found: dict[str, int] = {}
+        try:
+            for dirpath, _, names in os.walk(base):
+                rel = os.path.relpath(dirpath, base)
+                for name in names:
+                    if name.startswith("."):
+                        continue  # a temp file of an upload in flight
+                    with contextlib.suppress(OSError):
+                        found[name if rel == "." else f"{rel}/{name}"] = os.stat(
+                            os.path.join(dirpath, name)).st_size
+        except OSError as e:
+            raise self._error(e, "list") from e
+        return found
+
+    def _prepare(self, target: Path) -> Path:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise self._error(e, "write") from e
+        return target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.part")
+
+    def _publish(self, temp: Path, target: Path) -> None:
+        os.chmod(temp, 0o444)
+        try:
+            os.link(temp, target)
+        except FileExistsError:
+            pass  # another archiver stored the same bytes (the name is their hash)
+        except OSError:
+            if not target.exists():
+                os.replace(temp, target)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+
+    def put_blob(self, etag: str, source: Path, hash_kind: str, size: int) -> None:
+        target = self.root / "blobs" / etag
+        temp = self._prepare(target)
+        try:
+            clone_or_copy(source, temp)
+            # What is verified is what landed in the archive, not what was meant to.
+            actual_size = os.stat(temp).st_size
+            actual = hash_file(temp, hash_kind) if actual_size == size else "?"
+            if actual != etag:
+                raise WrongBytes(actual, actual_size)
+            self._publish(temp, target)
+        except OSError as e:
+            raise self._error(e, "write") from e
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+
+    def get_blob(self, etag: str, dest: Path) -> None:
+        clone_or_copy(self.root / "blobs" / etag, dest)
+
+    def put_text(self, name: str, text: str) -> None:
+        target = self.root / name
+        temp = self._prepare(target)
+        try:
+            temp.write_text(text, encoding="utf-8")
+            os.chmod(temp, 0o444)
+            os.replace(temp, target)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise self._error(e, "write") from e
+
+    def get_text(self, name: str) -> str | None:
+        try:
+            return (self.root / name).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise self._error(e, "read") from e
+
+    def _error(self, e: OSError, what: str) -> LocalError:
+        return LocalError(
+            f"cannot {what} the archive at {self.url}: {e.strerror or e}"
+            + (f" ({e.filename})" if e.filename else ""),
+            hint="Check that the folder is mounted and writable, or give another with "
+            "--archive / $WLOCK_ARCHIVE.")
+
+
+class ObjectArchive(Archive):
+    """An object store through fsspec (s3fs for s3://)."""
+
+    def __init__(self, url: str, protocol: str) -> None:
+        self.url = url.rstrip("/")
+        self.root = self.url.split("://", 1)[1]
+        try:
+            import fsspec
+        except ImportError:  # pragma: no cover - fsspec comes with the s3 extra
+            raise self._missing(protocol) from None
+        options: dict[str, Any] = {"skip_instance_cache": True, "use_listings_cache": False}
+        if protocol == "s3":
+            # Fail fast on a dead endpoint: a restore then goes on to the Hub within seconds.
+            options["config_kwargs"] = {"connect_timeout": 5, "read_timeout": 60,
+                                        "retries": {"max_attempts": 3, "mode": "standard"}}
+        try:
+            self.fs = fsspec.filesystem(protocol, **options)
+        except (ImportError, ValueError):
+            raise self._missing(protocol) from None
+        self._buckets_checked = False
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _missing(protocol: str) -> UsageError:
+        return UsageError(f"no storage library for {protocol}:// archives is installed",
+                          hint="Install wlock's object-store extra: `pip install 'wlock[s3]'` "
+                          "(s3fs), or the fsspec package for that protocol.")
+
+    def _path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def listing(self, folder: str) -> dict[str, int]:
+        base = self._path(folder)
+        try:
+            found = self.fs.find(base, detail=True)
+        except FileNotFoundError as e:
+            if "bucket" in str(e).lower():
+                raise self._error(e, "list") from e
+            return {}
+        except Exception as e:
+            raise self._error(e, "list") from e
+        return {name[len(base) + 1:]: int(info.get("size") or 0)
+                for name, info in found.items() if info.get("type", "file") == "file"}
+
+    def put_blob(self, etag: str, source: Path, hash_kind: str, size: int) -> None:
+        digest: Any = hashlib.sha256() if hash_kind == "sha256" else hashlib.sha1(
+            usedforsecurity=False)
+        if hash_kind != "sha256":
+            digest.update(b"blob %d\x00" % size)
+        try:
+            out = self.fs.open(self._path(f"blobs/{etag}"), "wb", block_size=PART)
+        except Exception as e:
+            raise self._error(e, "write") from e
+        sent = 0
+        try:
+            with open(source, "rb", buffering=0) as f:
+                while chunk := f.read(CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+                    sent += len(chunk)
+            if sent != size or digest.hexdigest() != etag:
+                raise WrongBytes(digest.hexdigest() if sent == size else "?", sent)
+            out.close()  # completes the upload: only now does the object exist
+        except BaseException as e:
+            # Abort the multipart upload (or drop the buffer): nothing becomes visible.
+            with contextlib.suppress(Exception):
+                out.discard()
+            # Even when the abort could not reach the server: never let the file's own
+            # finalizer "close" it later, which would complete a partial upload.
+            out.buffer, out.closed = None, True
+            if isinstance(e, (WrongBytes, KeyboardInterrupt, SystemExit)):
+                raise
+            if isinstance(e, OSError) and e.filename == str(source):
+                raise
+            raise self._error(e, "write") from e
+
+    def get_blob(self, etag: str, dest: Path) -> None:
+        try:
+            self.fs.get_file(self._path(f"blobs/{etag}"), str(dest))
+        except FileNotFoundError:
+            raise
+        except Exception as e:
+            raise self._error(e, "read") from e
+
+    def put_text(self, name: str, text: str) -> None:
+        try:
+            self.fs.pipe_file(self._path(name), text.encode("utf-8"))
+        except Exception as e:
+            raise self._error(e, "write") from e
+
+    def get_text(self, name: str) -> str | None:
+        try:
+            return bytes(self.fs.cat_file(self._path(name))).decode("utf-8")
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            raise self._error(e, "read") from e
+
+    def _error(self, e: BaseException, what: str) -> ArchiveError:
+        if isinstance(e, PermissionError):
+            why = "access denied"
+            hint = ("Check the credentials in the environment (AWS_ACCESS_KEY_ID and "
+                    "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE) and that they may "
+                    f"{what} this bucket.")
+        elif isinstance(e, FileNotFoundError):
+            why = "the bucket does not exist"
+            hint = "Create the bucket, or fix the URL (--archive, $WLOCK_ARCHIVE, weights.toml)."
+        else:
+            why = "cannot reach the object store"
+            hint = ("Check the endpoint (AWS_ENDPOINT_URL for a store other than AWS) and "
+                    "that it is up.")
+        # The library's own words, minus anything that looks like a key.
+        detail = _scrub(str(e))
+        return ArchiveError(f"cannot {what} the archive at {self.url}: {why}"
+                            + (f" ({detail})" if detail else ""), hint=hint)
+
+
+def _scrub(text: str) -> str:
+    """The error text of a storage library, short, with every secret in the environment
+    blanked out (whatever the library chose to quote)."""
+    text = " ".join(text.split())[:300]
+    for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID"):
+        secret = os.environ.get(name)
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "…")
+    return text

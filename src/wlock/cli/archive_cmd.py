@@ -1,0 +1,102 @@
+"""`wlock archive`: copy the locked set from the cache into the archive tier."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from wlock.cli.options import Settings, archive_url, common_options, lock_option
+from wlock.errors import CheckFailedError, UsageError
+from wlock.units import human_size
+
+
+@click.command()
+@click.option("--to", "to", metavar="URL",
+              help="A folder (a NAS mount) or s3://bucket/prefix (default: $WLOCK_ARCHIVE, "
+              "else [tool.wlock.archive] url in weights.toml).")
+@click.option("--jobs", "-j", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="Blobs uploaded at once.")
+@click.option("--dry-run", is_flag=True, help="Print what would be uploaded; change nothing.")
+@lock_option
+@common_options
+def archive(to: str | None, jobs: int, dry_run: bool, settings: Settings) -> None:
+    """Copy every locked blob from the cache into the archive, verified on the way in.
+
+    The archive is content-addressed (each blob once, under the name the lock gives it) and
+    self-describing (per locked revision, a manifest of its files, sizes and hashes). What
+    it already holds is found with one listing and not uploaded again; an upload becomes
+    visible only once complete and verified. Afterwards `wlock sync` restores from it
+    without the Hub (it is asked before the Hub whenever an archive is configured).
+
+    \b
+    Credentials and endpoint for s3:// come from the environment, never from weights.toml:
+      AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or AWS_PROFILE
+      AWS_ENDPOINT_URL    for a store other than AWS (MinIO, SeaweedFS, Ceph, R2)
+    \b
+    Examples:
+      wlock archive --to /mnt/nas/weights
+      wlock archive --to s3://ml-weights/archive
+      wlock archive --dry-run
+    """
+    from wlock.archive.push import archive_lock, plan_archive
+    from wlock.archive.store import open_archive
+    from wlock.cli.progress import make_progress
+    from wlock.lock.lockfile import read_lock
+
+    url = archive_url(settings, to)
+    if url is None:
+        raise UsageError("no archive given",
+                         hint="Pass --to URL (a folder or s3://bucket/prefix), set "
+                         "$WLOCK_ARCHIVE, or add [tool.wlock.archive] url = \"...\" to "
+                         "weights.toml.")
+    lock = read_lock(settings.lock_path())
+    store = open_archive(url)
+    plan = plan_archive(lock, store)
+    todo, present = plan
+    to_upload = sum(f.size for _, f in todo.values())
+    if dry_run:
+        if settings.json:
+            click.echo(json.dumps({"url": store.url, "dry_run": True,
+                                   "files_to_upload": len(todo), "bytes_to_upload": to_upload,
+                                   "files_present": present,
+                                   "upload": sorted(f"{r.id}/{f.path}"
+                                                    for r, f in todo.values())}, indent=2))
+            return
+        for repo, f in sorted(todo.values(), key=lambda t: (t[0].id, t[1].path)):
+            click.echo(f"  upload {repo.id}/{f.path} ({human_size(f.size)})")
+        click.echo(f"Would upload {len(todo)} blobs ({human_size(to_upload)}) to {store.url}; "
+                   f"{present} already there.")
+        return
+    progress = make_progress("Archiving", to_upload, quiet=settings.json)
+    try:
+        result = archive_lock(lock, settings.cache_dir, store, jobs=jobs, plan=plan,
+                              on_bytes=progress.advance)
+    finally:
+        progress.close()
+    if settings.json:
+        click.echo(json.dumps({
+            "ok": not (result.missing or result.wrong), "url": result.url,
+            "uploaded_files": result.uploaded_files, "uploaded_bytes": result.uploaded_bytes,
+            "files_present": result.present_files,
+            "manifests_written": result.manifests_written, "complete": result.complete,
+            "missing": sorted(result.missing), "wrong": sorted(result.wrong),
+        }, indent=2))
+    else:
+        click.echo(f"Archived to {result.url}: uploaded {result.uploaded_files} blobs "
+                   f"({human_size(result.uploaded_bytes)}), {result.present_files} already "
+                   f"there; {len(result.complete)} of {len(lock.repos)} revisions complete.",
+                   err=True)
+    if result.wrong:
+        raise CheckFailedError(
+            f"{len(result.wrong)} blobs in the cache have wrong bytes and were not "
+            "archived:\n" + "\n".join(f"  {w}" for w in sorted(result.wrong)),
+            hint="Run `wlock sync --verify` to repair the cache, then archive again.")
+    if result.missing:
+        shown = sorted(result.missing)
+        raise CheckFailedError(
+            f"{len(shown)} locked files are neither in the cache at {settings.cache_dir} nor "
+            "in the archive, so they were not archived:\n"
+            + "\n".join(f"  {m}" for m in shown[:20])
+            + (f"\n  ... and {len(shown) - 20} more" if len(shown) > 20 else ""),
+            hint="Run `wlock sync` first, then archive again.")
