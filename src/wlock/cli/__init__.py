@@ -16,6 +16,8 @@ import click
 from wlock import __version__
 from wlock.cli.archive_cmd import archive
 from wlock.cli.check_cmd import check
+from wlock.cli.export_cmd import export
+from wlock.cli.gc_cmd import gc
 from wlock.cli.lint_cmd import lint
 from wlock.cli.lock_cmd import lock
 from wlock.cli.manifest_cmds import add, init, remove
@@ -48,7 +50,8 @@ def cli(debug: bool) -> None:
         os.environ["WLOCK_DEBUG"] = "1"
 
 
-for command in (init, add, remove, lock, sync, check, archive, lint, run, serve):
+for command in (init, add, remove, lock, sync, check, archive, export, gc, lint, run,
+                serve):
     cli.add_command(command)
 
 
