@@ -54,7 +54,7 @@ def shards_repo(root: Path, shards: int, shard_mb: int, small: int) -> Path:
         files[f"extra/file-{n:03d}.json"] = os.urandom(2048 + n)
     files["config.json"] = b'{"model_type": "bench"}\n'
     StoreBuilder(root / "store").commit("model", "bench/shards", files)
-    for generated in (root / "gen").iterdir():
+    for generated in (root / "gen").glob("*"):
         generated.unlink()  # the store holds its own copy (or a hard link)
     return root / "store"
 

@@ -282,3 +282,34 @@ def _received_bytes(server: S3Server) -> int:
     return sum(int(float(v)) for v in re.findall(
         r'^SeaweedFS_s3_bucket_traffic_received_bytes_total\{bucket="weights"\} (\S+)$',
         text, re.M))
+
+
+@pytest.mark.parametrize("where", ["folder", "s3"])
+def test_wrong_bytes_in_the_cache_are_never_archived(
+    project: Path, tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
+    env: dict[str, str] = {}
+    if where == "s3":
+        s3 = request.getfixturevalue("s3")
+        s3.make_bucket("weights")
+        url, env = f"s3://weights/{tmp_path.name}", s3.env()
+    else:
+        url = str(tmp_path / "nas")
+    repo = model(project)
+    big = next(f for f in repo.files if f.size == BIG)
+    blob = (tmp_path / "cache" / f"models--{repo.id.replace('/', '--')}" / "blobs" / big.etag)
+    with open(blob, "r+b") as f:  # same size, one byte different, at the very end
+        f.seek(BIG - 1)
+        last = f.read(1)
+        f.seek(BIG - 1)
+        f.write(bytes([last[0] ^ 1]))
+    done = wlock(project, "archive", "--to", url, "--json", env=env)
+    assert done.code == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert len(report["wrong"]) == 1 and "model.safetensors" in report["wrong"][0]
+    assert "wlock sync --verify" in done.stderr
+    assert report["complete"] == [  # the dataset's revision is complete; the model's is not
+        f"dataset {r.id}@{r.revision}" for r in read_lock(project / "weights.lock").repos
+        if r.kind == "dataset"]
+    listing = wlock(project, "archive", "--to", url, "--dry-run", "--json", env=env)
+    assert json.loads(listing.stdout)["upload"] == [f"{repo.id}/model.safetensors"]

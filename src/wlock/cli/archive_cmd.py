@@ -7,7 +7,7 @@ import json
 import click
 
 from wlock.cli.options import Settings, archive_url, common_options, lock_option
-from wlock.errors import CheckFailedError, UsageError
+from wlock.errors import CheckFailedError, ExitCode, UsageError
 from wlock.units import human_size
 
 
@@ -87,16 +87,25 @@ def archive(to: str | None, jobs: int, dry_run: bool, settings: Settings) -> Non
                    f"({human_size(result.uploaded_bytes)}), {result.present_files} already "
                    f"there; {len(result.complete)} of {len(lock.repos)} revisions complete.",
                    err=True)
+    problems: list[CheckFailedError] = []
     if result.wrong:
-        raise CheckFailedError(
+        problems.append(CheckFailedError(
             f"{len(result.wrong)} blobs in the cache have wrong bytes and were not "
             "archived:\n" + "\n".join(f"  {w}" for w in sorted(result.wrong)),
-            hint="Run `wlock sync --verify` to repair the cache, then archive again.")
+            hint="Run `wlock sync --verify` to repair the cache, then archive again."))
     if result.missing:
         shown = sorted(result.missing)
-        raise CheckFailedError(
+        problems.append(CheckFailedError(
             f"{len(shown)} locked files are neither in the cache at {settings.cache_dir} nor "
             "in the archive, so they were not archived:\n"
             + "\n".join(f"  {m}" for m in shown[:20])
             + (f"\n  ... and {len(shown) - 20} more" if len(shown) > 20 else ""),
-            hint="Run `wlock sync` first, then archive again.")
+            hint="Run `wlock sync` first, then archive again."))
+    if problems and settings.json:
+        # The report above is the one JSON document; the words go to stderr.
+        for problem in problems:
+            click.echo(f"error: {problem.message}\nhint: {problem.hint}", err=True)
+        raise SystemExit(ExitCode.CHECK_FAILED)
+    if problems:
+        raise problems[0] if len(problems) == 1 else CheckFailedError(
+            "\n".join(p.message for p in problems), hint=problems[0].hint)
