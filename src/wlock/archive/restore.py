@@ -39,8 +39,7 @@ class ArchiveSource:
                     raise
             return self._blobs
 
-    def fetch(self, repo: LockedRepo, file: LockedFile, temp: Path) -> bool:
+    def fetch(self, repo: LockedRepo, file: LockedFile, temp: Path) -> bool | str:
         if self._listing().get(file.etag) != file.size:
             return False
-        self.archive.get_blob(file.etag, temp)
-        return True
+        return self.archive.get_blob(file.etag, temp, file.hash_kind, file.size) or True

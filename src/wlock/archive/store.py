@@ -62,8 +62,10 @@ class Archive(ABC):
         WrongBytes (and stores nothing) when they do not match `etag` and `size`."""
 
     @abstractmethod
-    def get_blob(self, etag: str, dest: Path) -> None:
-        """Write blobs/<etag> into the local file `dest` (unverified: the caller checks)."""
+    def get_blob(self, etag: str, dest: Path, hash_kind: str, size: int) -> str | None:
+        """Write blobs/<etag> into the local file `dest`; returns the digest of the bytes
+        written when they were hashed on their way (None: not hashed, the caller hashes).
+        Never trusted for more: the caller compares it with the lock."""
 
     @abstractmethod
     def put_text(self, name: str, text: str) -> None:
@@ -146,8 +148,9 @@ class FolderArchive(Archive):
             with contextlib.suppress(OSError):
                 os.unlink(temp)
 
-    def get_blob(self, etag: str, dest: Path) -> None:
-        clone_or_copy(self.root / "blobs" / etag, dest)
+    def get_blob(self, etag: str, dest: Path, hash_kind: str, size: int) -> str | None:
+        clone_or_copy(self.root / "blobs" / etag, dest)  # in the kernel: hashed after
+        return None
 
     def put_text(self, name: str, text: str) -> None:
         target = self.root / name
@@ -231,10 +234,7 @@ class ObjectArchive(Archive):
     def put_blob(self, etag: str, source: Path, hash_kind: str, size: int) -> None:
         import obstore
 
-        digest: Any = hashlib.sha256() if hash_kind == "sha256" else hashlib.sha1(
-            usedforsecurity=False)
-        if hash_kind != "sha256":
-            digest.update(b"blob %d\x00" % size)
+        digest = _hasher(hash_kind, size)
 
         def chunks() -> Iterator[bytes]:
             # Hashed as they are sent; wrong bytes raise before the upload completes, and
@@ -257,14 +257,21 @@ class ObjectArchive(Archive):
         except Exception as e:
             raise self._error(e, "write") from e
 
-    def get_blob(self, etag: str, dest: Path) -> None:
+    def get_blob(self, etag: str, dest: Path, hash_kind: str, size: int) -> str | None:
         import obstore
 
+        digest = _hasher(hash_kind, size)
         try:
             result = obstore.get(self.store, f"blobs/{etag}")
+            written = 0
             with open(dest, "wb") as f:
+                # Hashed as it arrives (hashlib releases the GIL): no second read.
                 for chunk in result.stream(min_chunk_size=CHUNK):
-                    f.write(chunk)
+                    view = memoryview(chunk)
+                    digest.update(view)
+                    f.write(view)
+                    written += len(view)
+            return str(digest.hexdigest()) if written == size else "?"
         except FileNotFoundError:
             raise
         except Exception as e:
@@ -308,6 +315,15 @@ class ObjectArchive(Archive):
         detail = _scrub(text.split("<?xml")[0])
         return ArchiveError(f"cannot {what} the archive at {self.url}: {why}"
                             + (f" ({detail})" if detail else ""), hint=hint)
+
+
+def _hasher(hash_kind: str, size: int) -> Any:
+    """A running hash of the lock's kind: sha256, or git's blob id (header first)."""
+    if hash_kind == "sha256":
+        return hashlib.sha256()
+    digest = hashlib.sha1(usedforsecurity=False)
+    digest.update(b"blob %d\x00" % size)
+    return digest
 
 
 def _profile_credentials() -> Any:

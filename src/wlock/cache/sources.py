@@ -26,10 +26,12 @@ class BlobSource(Protocol):
         """How reports name it ("cache /nas/hf/hub", "archive s3://bucket/prefix")."""
         ...
 
-    def fetch(self, repo: LockedRepo, file: LockedFile, temp: Path) -> bool:
+    def fetch(self, repo: LockedRepo, file: LockedFile, temp: Path) -> bool | str:
         """Write the blob's bytes into `temp`; False (and nothing written) when this source
-        does not hold it. Raises OSError, or a WlockError for a source that cannot be
-        read at all."""
+        does not hold it; True when written; or the digest (of `file.hash_kind`) of the
+        bytes as they were written into `temp`, when they were hashed on their way (the sync
+        then does not read them again). Raises OSError, or a WlockError for a source that
+        cannot be read at all."""
         ...
 
 
@@ -50,7 +52,7 @@ class OtherCache:
     def label(self) -> str:
         return f"cache {self.folder}"
 
-    def fetch(self, repo: LockedRepo, file: LockedFile, temp: Path) -> bool:
+    def fetch(self, repo: LockedRepo, file: LockedFile, temp: Path) -> bool | str:
         blob = self.folder / repo_folder_name(repo.kind, repo.id) / "blobs" / file.etag
         try:
             if os.stat(blob).st_size != file.size:

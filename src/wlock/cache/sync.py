@@ -350,10 +350,16 @@ class _Sources:
         refusals: list[str] = []
         for source in self.sources:
             try:
-                if not source.fetch(repo, f, temp):
+                got = source.fetch(repo, f, temp)
+                if got is False:
                     continue
                 size = os.stat(temp).st_size
-                digest = hash_file(temp, f.hash_kind) if size == f.size else None
+                if size != f.size:
+                    digest = None
+                elif isinstance(got, str):
+                    digest = got  # hashed by us as the bytes were written, in this process
+                else:
+                    digest = hash_file(temp, f.hash_kind)
             except (OSError, WlockError) as e:
                 with contextlib.suppress(OSError):
                     os.unlink(temp)
