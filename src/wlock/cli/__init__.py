@@ -21,8 +21,10 @@ from wlock.cli.gc_cmd import gc
 from wlock.cli.lint_cmd import lint
 from wlock.cli.lock_cmd import lock
 from wlock.cli.manifest_cmds import add, init, remove
+from wlock.cli.record_cmd import record
 from wlock.cli.run_cmd import run
 from wlock.cli.serve_cmd import serve
+from wlock.cli.status_cmd import status
 from wlock.cli.sync_cmd import sync
 from wlock.errors import ExitCode, WlockError, redact
 
@@ -50,8 +52,8 @@ def cli(debug: bool) -> None:
         os.environ["WLOCK_DEBUG"] = "1"
 
 
-for command in (init, add, remove, lock, sync, check, archive, export, gc, lint, run,
-                serve):
+for command in (init, add, remove, lock, sync, check, status, archive, export, gc, record,
+                lint, run, serve):
     cli.add_command(command)
 
 

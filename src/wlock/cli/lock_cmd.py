@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import click
 
@@ -23,11 +24,20 @@ from wlock.units import human_size
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30, show_default=True,
               metavar="SECONDS",
               help="Give up on a Hub request that answers nothing for this long (tried twice).")
+@click.option("--from-record", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              metavar="LOG", help="Rebuild the lock a recorded run used (from `wlock record` "
+              "or `run --record`), without the Hub; weights.toml is not read.")
+@click.option("--run", "run_id", metavar="RUN_ID",
+              help="With --from-record: which run of the log (default: the last).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="With --from-record: where to write it (default: weights.lock in the "
+              "project, or here).")
 @offline_option
 @common_options
 def lock(
     check: bool, dry_run: bool, upgrade: bool, upgrade_package: tuple[str, ...], jobs: int,
-    timeout: float, settings: Settings,
+    timeout: float, from_record: Path | None, run_id: str | None, output: Path | None,
+    settings: Settings,
 ) -> None:
     """Pin every entry of weights.toml to a commit, and every file to its size and hash.
 
@@ -42,7 +52,13 @@ def lock(
       wlock lock --upgrade-package acme/tiny-bert --dry-run
       wlock lock --upgrade                # move every pin to its ref's newest commit
       HF_HUB_OFFLINE=1 wlock lock         # no request: fine while weights.toml is unchanged
+      wlock lock --from-record runs.jsonl # the lock the last recorded run used
     """
+    if from_record is not None:
+        _from_record(from_record, run_id, output, settings)
+        return
+    if run_id is not None or output is not None:
+        raise click.UsageError("--run and --output need --from-record")
     from wlock.lock.resolve import lock_project
 
     if check and dry_run:
@@ -89,3 +105,28 @@ def lock(
         verb = "Wrote" if result.written else "Unchanged:"
         click.echo(f"{verb} weights.lock: {repos} repos, {files} files, {size} "
                    f"in {elapsed:.2f}s.", err=True)
+
+
+def _from_record(log: Path, run_id: str | None, output: Path | None, settings: Settings,
+                 ) -> None:
+    from wlock.lock.lockfile import LOCK_NAME, write_lock
+    from wlock.lock.record import lock_from_record
+
+    lock, run = lock_from_record(log, run_id)
+    if output is not None:
+        target = output.resolve()
+    elif settings.project_flag is not None:
+        target = settings.project_flag.resolve() / LOCK_NAME
+    else:
+        target = Path.cwd() / LOCK_NAME
+    written = write_lock(target, lock)
+    if settings.json:
+        click.echo(json.dumps({"lock": str(target), "written": written,
+                               "run_id": run["run_id"], "recorded": run.get("time"),
+                               "host": run.get("host"), "lock_digest": run.get("lock_digest"),
+                               "repos": len(lock.repos)}, indent=2))
+        return
+    click.echo(f"{'Wrote' if written else 'Unchanged:'} {target}: the lock of run "
+               f"{run['run_id']} ({run.get('time')} on {run.get('host')}), {len(lock.repos)} "
+               f"repos, digest {run.get('lock_digest')} as recorded. `wlock sync --frozen` "
+               "fetches it.", err=True)

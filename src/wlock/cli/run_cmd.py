@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from wlock.cli.options import Settings, common_options, lock_option
 
+if TYPE_CHECKING:
+    from wlock.models import Lock
+
 
 @click.command(context_settings={"ignore_unknown_options": True,
                                  "allow_interspersed_args": False})
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- CMD...")
+@click.option("--record", "record_log", type=click.Path(dir_okay=False, path_type=Path),
+              metavar="FILE", help="Append what this run uses to FILE (JSON lines, as `wlock "
+              "record`) before CMD starts, and CMD's exit status after.")
 @lock_option
 @common_options
-def run(command: tuple[str, ...], settings: Settings) -> None:
+def run(command: tuple[str, ...], record_log: Path | None, settings: Settings) -> None:
     """Run CMD with every Hub load served from the locked cache, offline.
 
     First checks (sizes and links only, no hashing) that every locked file is in the cache,
@@ -30,6 +38,7 @@ def run(command: tuple[str, ...], settings: Settings) -> None:
     \b
     Examples:
       wlock run -- python train.py --epochs 3
+      wlock run --record runs/weights.jsonl -- python eval.py
       wlock run -- pytest tests/
     """
     from wlock.cache.sync import plan_sync
@@ -70,6 +79,8 @@ def run(command: tuple[str, ...], settings: Settings) -> None:
     }
     sys.stdout.flush()
     sys.stderr.flush()
+    if record_log is not None:
+        raise SystemExit(_run_recorded(command, env, lock, lock_path, settings, record_log))
     try:
         os.execvpe(command[0], list(command), env)  # noqa: S606 - running CMD is the point
     except FileNotFoundError:
@@ -83,3 +94,44 @@ def _cache_flag(settings: Settings) -> str:
     from wlock.cache.layout import default_cache_dir
 
     return "" if settings.cache_dir == default_cache_dir() else f" --cache-dir {settings.cache_dir}"
+
+
+def _run_recorded(command: tuple[str, ...], env: dict[str, str], lock: Lock, lock_path: Path,
+                  settings: Settings, log: Path) -> int:
+    """CMD as a child: the record is written before it starts, its exit status after."""
+    import signal
+    import subprocess
+    import time
+
+    from wlock.errors import UsageError
+    from wlock.lock.record import append_records, exit_record
+
+    records = record_lines(lock, lock_path, settings)
+    append_records(log, records)
+    started = time.monotonic()
+    # Ctrl-C reaches CMD (the terminal sends it to the whole group); we wait for its end.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        code = subprocess.call(list(command), env=env,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    except FileNotFoundError:
+        code = 127
+        append_records(log, [exit_record(records[0]["run_id"] if records else "", code,
+                                         started)])
+        raise UsageError(f"command not found: {command[0]}",
+                         hint="Check the command after `--`.") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if code < 0:
+        code = 128 - code  # killed by a signal: the shell's convention
+    append_records(log, [exit_record(records[0]["run_id"] if records else "", code, started)])
+    return code
+
+
+def record_lines(lock: Lock, lock_path: Path, settings: Settings) -> list[dict[str, Any]]:
+    from wlock.cache.layout import RepoPaths
+    from wlock.lock.record import make_record
+
+    return make_record(lock, lock_path, settings.cache_dir,
+                       lambda repo: RepoPaths.of(settings.cache_dir, repo).snapshot(
+                           repo.revision))
