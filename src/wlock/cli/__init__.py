@@ -16,6 +16,7 @@ import click
 from wlock import __version__
 from wlock.cli.archive_cmd import archive
 from wlock.cli.check_cmd import check
+from wlock.cli.checkpoints_cmd import checkpoints
 from wlock.cli.export_cmd import export
 from wlock.cli.gc_cmd import gc
 from wlock.cli.lint_cmd import lint
@@ -53,7 +54,7 @@ def cli(debug: bool) -> None:
 
 
 for command in (init, add, remove, lock, sync, check, status, archive, export, gc, record,
-                lint, run, serve):
+                checkpoints, lint, run, serve):
     cli.add_command(command)
 
 

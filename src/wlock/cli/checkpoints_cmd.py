@@ -1,0 +1,147 @@
+"""`wlock checkpoints`: keep the best and the final checkpoint of a run, archived."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from wlock.cli.options import Settings, archive_option, archive_url, common_options
+from wlock.errors import UsageError
+from wlock.units import human_size
+
+
+@click.group()
+def checkpoints() -> None:
+    """Keep the checkpoints of a training run that matter, and free the rest.
+
+    Reads the transformers Trainer's layout (checkpoint-N/ with trainer_state.json),
+    PyTorch Lightning's *.ckpt names (epoch=3-step=400-val_loss=0.25.ckpt), or, for any
+    trainer, wlock-checkpoints.jsonl in the run folder: one line per checkpoint,
+    {"path": "ckpt/step-400", "step": 400, "metrics": {"eval_loss": 0.25}}.
+    """
+
+
+def _run_name(run: Path, name: str | None) -> str:
+    return name or run.resolve().name
+
+
+@checkpoints.command()
+@click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--metric", metavar="NAME",
+              help="The eval metric that chooses the best (default: the Trainer's "
+              "best_model_checkpoint, else eval_loss).")
+@click.option("--mode", type=click.Choice(["min", "max"]),
+              help="Whether lower or higher is better (default: min for a loss or error).")
+@click.option("--settle", type=click.FloatRange(0), default=10, show_default=True,
+              metavar="MINUTES", help="A checkpoint changed this recently is left alone.")
+@click.option("--name", metavar="RUN", help="The run's name in the archive (default: the "
+              "folder's name).")
+@click.option("--no-archive", is_flag=True,
+              help="Delete the others without archiving the kept ones (not recommended).")
+@click.option("--dry-run", is_flag=True, help="Print the plan and the bytes it frees.")
+@archive_option
+@common_options
+def keep(run: Path, metric: str | None, mode: str | None, settle: float, name: str | None,
+         no_archive: bool, dry_run: bool, archive_flag: str | None, settings: Settings) -> None:
+    """Keep RUN's best-by-eval and final checkpoints, archive and verify both, then delete
+    the other checkpoints from the working tier.
+
+    Nothing is deleted unless both kept checkpoints are in the archive, verified; nor while
+    a process has files open in RUN (the training is alive); nor any checkpoint changed in
+    the last --settle minutes. A run without evaluation keeps its final checkpoint only.
+
+    \b
+    Examples:
+      wlock checkpoints keep out/run-7 --dry-run
+      wlock checkpoints keep out/run-7 --metric eval_accuracy --mode max --archive s3://b/ckpt
+      wlock checkpoints restore out/run-7 checkpoint-1200
+    """
+    from wlock.archive.checkpoints import (
+        archive_checkpoint,
+        delete_checkpoints,
+        open_pids,
+        plan_retention,
+        verify_archived,
+    )
+
+    plan = plan_retention(run, metric=metric, mode=mode, settle=settle * 60)
+    plan.alive = open_pids(run)
+    url = None if no_archive else archive_url(settings, archive_flag)
+    if not dry_run and url is None and not no_archive:
+        raise UsageError("no archive to keep the checkpoints in",
+                         hint="Pass --archive URL (or set $WLOCK_ARCHIVE, or [tool.wlock."
+                         "archive] in weights.toml); --no-archive deletes without a copy.")
+    if not dry_run and plan.alive:
+        raise UsageError(f"the run in {run} is alive: process {', '.join(map(str, plan.alive))} "
+                         "has files open there; nothing was deleted",
+                         hint="Run this once training has ended (--dry-run shows the plan).")
+    deleted: list[str] = []
+    manifests = []
+    if not dry_run:
+        if url is not None and plan.keep:
+            from wlock.archive.store import open_archive
+
+            store = open_archive(url)
+            for c in plan.keep:
+                reason = "+".join(r for r, k in (("best", plan.best), ("final", plan.final))
+                                  if k is c)
+                manifests.append(archive_checkpoint(store, _run_name(run, name), c, reason,
+                                                    plan))
+            # Only once both copies are verified in the archive is anything deleted.
+            verify_archived(store, manifests)
+        deleted = delete_checkpoints(plan)
+    if settings.json:
+        click.echo(json.dumps({
+            "run": str(run), "dry_run": dry_run, "archive": url, "metric": plan.metric,
+            "mode": plan.mode, "why_best": plan.why_best,
+            "best": plan.best.name if plan.best else None,
+            "final": plan.final.name if plan.final else None,
+            "delete": [c.name for c in plan.delete], "deleted": deleted,
+            "in_progress": [c.name for c in plan.in_progress], "alive": plan.alive,
+            "bytes_freed": plan.bytes_freed if (dry_run or deleted) else 0,
+            "archived": [m["checkpoint"] for m in manifests],
+        }, indent=2))
+        return
+    click.echo(f"best:  {plan.best.name if plan.best else '-'}  ({plan.why_best})")
+    click.echo(f"final: {plan.final.name if plan.final else '-'}")
+    for c in plan.in_progress:
+        click.echo(f"  left alone (changed in the last {settle:g} min): {c.name}")
+    verb = "would delete" if dry_run else "deleted"
+    for c in plan.delete:
+        click.echo(f"  {verb} {c.name} ({human_size(c.size)})")
+    if plan.alive:
+        click.echo(f"note: process {', '.join(map(str, plan.alive))} has files open in {run}: "
+                   "the run is alive; keep would delete nothing now.", err=True)
+    if manifests:
+        click.echo(f"Archived {len(manifests)} checkpoints to {url}, verified.", err=True)
+    click.echo(f"{'Would free' if dry_run else 'Freed'} {human_size(plan.bytes_freed)} "
+               f"({len(plan.delete)} checkpoints).", err=True)
+
+
+@checkpoints.command()
+@click.argument("run", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("checkpoint")
+@click.option("--name", metavar="RUN", help="The run's name in the archive (default: the "
+              "folder's name).")
+@archive_option
+@common_options
+def restore(run: Path, checkpoint: str, name: str | None, archive_flag: str | None,
+            settings: Settings) -> None:
+    """Bring a kept CHECKPOINT of RUN back from the archive, every file verified."""
+    from wlock.archive.checkpoints import restore_checkpoint
+    from wlock.archive.store import open_archive
+
+    url = archive_url(settings, archive_flag)
+    if url is None:
+        raise UsageError("no archive to restore from",
+                         hint="Pass --archive URL (or set $WLOCK_ARCHIVE).")
+    run.mkdir(parents=True, exist_ok=True)
+    total = restore_checkpoint(open_archive(url), run, _run_name(run, name), checkpoint)
+    if settings.json:
+        click.echo(json.dumps({"run": str(run), "checkpoint": checkpoint, "bytes": total},
+                              indent=2))
+    else:
+        click.echo(f"Restored {checkpoint} into {run} ({human_size(total)}), verified.",
+                   err=True)
