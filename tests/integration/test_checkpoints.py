@@ -74,11 +74,13 @@ def test_min_metric_keeps_best_and_final_archives_and_restores(tmp_path: Path) -
     done = keep(run, "--archive", str(archive))
     assert done["deleted"] == ["checkpoint-100", "checkpoint-300"]
     assert {p.name for p in run.iterdir()} == {"checkpoint-200", "checkpoint-400"}
-    manifest = json.loads((archive / "checkpoints" / "run" / "checkpoint-200.json").read_text())
-    assert manifest["kept_as"] == "best" and manifest["metric"] == "eval_loss"
-    for f in manifest["files"]:  # content-addressed, verified
-        blob = archive / "blobs" / f["sha256"]
-        assert hashlib.sha256(blob.read_bytes()).hexdigest() == f["sha256"]
+    for name, kept_as in (("checkpoint-200", "best"), ("checkpoint-400", "final")):
+        manifest = json.loads((archive / "checkpoints" / "run" / f"{name}.json").read_text())
+        assert manifest["kept_as"] == kept_as and manifest["metric"] == "eval_loss"
+        assert {f["path"]: f["sha256"] for f in manifest["files"]} == before[name]
+        for f in manifest["files"]:  # content-addressed, the bytes verified
+            blob = archive / "blobs" / f["sha256"]
+            assert hashlib.sha256(blob.read_bytes()).hexdigest() == f["sha256"]
 
     import shutil
 
