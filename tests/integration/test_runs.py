@@ -161,3 +161,28 @@ def test_status_says_whether_the_archive_holds_each_revision(hub: Hub, tmp_path:
     report = json.loads(run_wlock("status", "--json", "--archive", str(archive),
                                   "--cache-dir", str(cache), cwd=project).stdout)
     assert [r["archived"] for r in report["repos"]] == [True, True]
+
+
+def test_pins_you_can_see_and_use_in_a_shell(hub: Hub, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    project = synced(hub, tmp_path / "project", cache)
+    lock = read_lock(project / "weights.lock")
+    model = lock.find("model", "acme/tiny-bert")
+    assert model is not None
+    # Case-insensitive, as the Hub; one line, the full commit, for $(...).
+    done = run_wlock("revision", "ACME/Tiny-Bert", cwd=project)
+    assert (done.code, done.stdout) == (0, model.revision + "\n")
+    done = run_wlock("path", "acme/tiny-bert", "--cache-dir", str(cache), cwd=project)
+    assert done.code == 0 and Path(done.stdout.strip()) == (
+        cache / "models--acme--tiny-bert" / "snapshots" / model.revision)
+    assert run_wlock("path", "acme/tiny-bert", "--cache-dir", str(tmp_path / "empty"),
+                     cwd=project).code == 1
+    missing = run_wlock("revision", "acme/nope", cwd=project)
+    assert missing.code == 1 and "acme/nope" in missing.stderr
+
+    listed = json.loads(run_wlock("list", "--json", "--cache-dir", str(cache),
+                                  cwd=project).stdout)
+    assert [(r["kind"], r["id"], r["revision"], r["cache"]) for r in listed["repos"]] == [
+        (r.kind, r.id, r.revision, "complete") for r in lock.repos]
+    text = run_wlock("list", "--cache-dir", str(tmp_path / "empty"), cwd=project).stdout
+    assert model.revision in text and "missing" in text

@@ -22,6 +22,7 @@ from wlock.cli.gc_cmd import gc
 from wlock.cli.lint_cmd import lint
 from wlock.cli.lock_cmd import lock
 from wlock.cli.manifest_cmds import add, init, remove
+from wlock.cli.pins_cmds import list_, path, revision
 from wlock.cli.record_cmd import record
 from wlock.cli.run_cmd import run
 from wlock.cli.serve_cmd import serve
@@ -53,8 +54,8 @@ def cli(debug: bool) -> None:
         os.environ["WLOCK_DEBUG"] = "1"
 
 
-for command in (init, add, remove, lock, sync, check, status, archive, export, gc, record,
-                checkpoints, lint, run, serve):
+for command in (init, add, remove, lock, sync, check, list_, revision, path, status, archive,
+                export, gc, record, checkpoints, lint, run, serve):
     cli.add_command(command)
 
 
