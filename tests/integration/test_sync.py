@@ -360,7 +360,7 @@ def test_check_reports_every_kind_of_problem(hub: Hub, tmp_path: Path) -> None:
         "wrong size: model acme/tiny-bert: config.json: expected 165 bytes, found 5 bytes",
         f"wrong bytes: model acme/tiny-bert: tokenizer.json: expected git-sha1 {t.etag}, found "
         + result.stdout.splitlines()[2].rsplit("found ", 1)[1],
-        f"missing: model acme/tiny-bert: vocab.txt: expected snapshots/{repo.revision[:7]}/vocab.txt, found nothing",
+        f"missing: model acme/tiny-bert: vocab.txt: expected snapshots/{repo.revision}/vocab.txt, found nothing",
     ]
     # A ref another project moved is a note, not a failure (issue 8).
     assert (f"note: acme/tiny-bert: the shared refs/main points at 0000000, not this lock's "

@@ -142,6 +142,10 @@ class FolderArchive(Archive):
             if actual != etag:
                 raise WrongBytes(actual, actual_size)
             self._publish(temp, target)
+        except FileNotFoundError as e:
+            if str(e.filename) == str(source):
+                raise  # the cache lacks it: the caller reports the file, not the archive
+            raise self._error(e, "write") from e
         except OSError as e:
             raise self._error(e, "write") from e
         finally:

@@ -152,7 +152,7 @@ class _Locator:
         try:
             target: str | None = os.readlink(link)
         except FileNotFoundError:
-            self._problem("missing", f, f"snapshots/{self.repo.revision[:7]}/{f.path}",
+            self._problem("missing", f, f"snapshots/{self.repo.revision}/{f.path}",
                           "nothing")
             return None
         except OSError:

@@ -22,6 +22,7 @@ from wlock.cli.gc_cmd import gc
 from wlock.cli.lint_cmd import lint
 from wlock.cli.lock_cmd import lock
 from wlock.cli.manifest_cmds import add, init, remove
+from wlock.cli.output import emit_error
 from wlock.cli.pins_cmds import list_, path, revision
 from wlock.cli.record_cmd import record
 from wlock.cli.run_cmd import run
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         e.show()
         code = ExitCode.USAGE if isinstance(e, click.UsageError) else e.exit_code
         if as_json:
-            _json_error("usage", int(code), e.format_message(), None)
+            emit_error(_command(args), "usage", int(code), e.format_message(), None)
         sys.exit(code)
     except WlockError as e:
         if os.environ.get("WLOCK_DEBUG"):
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> None:
         if e.hint:
             click.echo(f"hint: {redact(e.hint)}", err=True)
         if as_json:
-            _json_error(e.label, int(e.exit_code), e.message, e.hint)
+            emit_error(_command(args), e.label, int(e.exit_code), redact(e.message),
+                       redact(e.hint) if e.hint else None)
         sys.exit(int(e.exit_code))
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
@@ -98,12 +100,10 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(0)
 
 
-def _json_error(kind: str, code: int, message: str, hint: str | None) -> None:
-    """With --json, a failure is JSON on stdout too (the text stays on stderr), so a script
-    always has one object to parse: {"ok": false, "error": {...}}."""
-    import json
-
-    click.echo(json.dumps({"ok": False, "error": {
-        "kind": kind, "exit_code": code, "message": redact(message),
-        "hint": redact(hint) if hint else None,
-    }}, indent=2))
+def _command(args: list[str]) -> str:
+    """The command a command line runs ("sync", "checkpoints keep"), for its error document."""
+    words = [a for a in (args[: args.index("--")] if "--" in args else args)
+             if not a.startswith("-")]
+    if words and isinstance(cli.commands.get(words[0]), click.Group):
+        return " ".join(words[:2])
+    return words[0] if words else ""

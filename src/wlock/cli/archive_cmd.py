@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import json
+from typing import TYPE_CHECKING
 
 import click
 
 from wlock.cli.options import Settings, archive_url, common_options, lock_option
+from wlock.cli.output import emit
 from wlock.errors import CheckFailedError, ExitCode, UsageError
 from wlock.units import human_size
+
+if TYPE_CHECKING:
+    from wlock.archive.push import ArchiveResult
+    from wlock.models import LockedFile, LockedRepo
 
 
 @click.command()
@@ -57,11 +62,7 @@ def archive(to: str | None, jobs: int, dry_run: bool, settings: Settings) -> Non
     to_upload = sum(f.size for _, f in todo.values())
     if dry_run:
         if settings.json:
-            click.echo(json.dumps({"url": store.url, "dry_run": True,
-                                   "files_to_upload": len(todo), "bytes_to_upload": to_upload,
-                                   "files_present": present,
-                                   "upload": sorted(f"{r.id}/{f.path}"
-                                                    for r, f in todo.values())}, indent=2))
+            emit(_document(store.url, todo, present, None))
             return
         for repo, f in sorted(todo.values(), key=lambda t: (t[0].id, t[1].path)):
             click.echo(f"  upload {repo.id}/{f.path} ({human_size(f.size)})")
@@ -75,13 +76,7 @@ def archive(to: str | None, jobs: int, dry_run: bool, settings: Settings) -> Non
     finally:
         progress.close()
     if settings.json:
-        click.echo(json.dumps({
-            "ok": not (result.missing or result.wrong), "url": result.url,
-            "uploaded_files": result.uploaded_files, "uploaded_bytes": result.uploaded_bytes,
-            "files_present": result.present_files,
-            "manifests_written": result.manifests_written, "complete": result.complete,
-            "missing": sorted(result.missing), "wrong": sorted(result.wrong),
-        }, indent=2))
+        emit(_document(store.url, todo, present, result))
     else:
         click.echo(f"Archived to {result.url}: uploaded {result.uploaded_files} blobs "
                    f"({human_size(result.uploaded_bytes)}), {result.present_files} already "
@@ -109,3 +104,21 @@ def archive(to: str | None, jobs: int, dry_run: bool, settings: Settings) -> Non
     if problems:
         raise problems[0] if len(problems) == 1 else CheckFailedError(
             "\n".join(p.message for p in problems), hint=problems[0].hint)
+
+
+def _document(url: str, todo: dict[str, tuple[LockedRepo, LockedFile]], present: int,
+              result: ArchiveResult | None) -> dict[str, object]:
+    """The same fields for a dry run and a real one (`dry_run` says which)."""
+    return {
+        "ok": not (result and (result.missing or result.wrong)), "url": url,
+        "dry_run": result is None,
+        "files_to_upload": len(todo), "bytes_to_upload": sum(f.size for _, f in todo.values()),
+        "upload": sorted(f"{r.id}/{f.path}" for r, f in todo.values()),
+        "files_present": present,
+        "uploaded_files": result.uploaded_files if result else 0,
+        "uploaded_bytes": result.uploaded_bytes if result else 0,
+        "manifests_written": result.manifests_written if result else 0,
+        "complete": result.complete if result else [],
+        "missing": sorted(result.missing) if result else [],
+        "wrong": sorted(result.wrong) if result else [],
+    }

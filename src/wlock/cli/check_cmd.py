@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 
 import click
 
 from wlock.cli.options import Settings, common_options, lock_option
+from wlock.cli.output import emit
 from wlock.errors import ExitCode
 from wlock.units import human_size
 
@@ -44,13 +44,13 @@ def check(jobs: int | None, settings: Settings) -> None:
     finally:
         progress.close()
     if settings.json:
-        click.echo(json.dumps({
+        emit({
             "ok": report.ok, "cache_dir": report.cache_dir, "repos": report.repos,
             "files": report.files, "bytes_hashed": report.bytes_hashed,
             "seconds": round(report.seconds, 3),
             "problems": [asdict(p) for p in report.problems],
             "notes": [asdict(p) for p in report.notes],
-        }, indent=2))
+        })
     else:
         for problem in report.problems:
             click.echo(problem.render())

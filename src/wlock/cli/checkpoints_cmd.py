@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from wlock.cli.options import Settings, archive_option, archive_url, common_options
+from wlock.cli.output import emit
 from wlock.errors import UsageError
 from wlock.units import human_size
 
@@ -93,7 +93,7 @@ def keep(run: Path, metric: str | None, mode: str | None, settle: float, name: s
             verify_archived(store, manifests)
         deleted = delete_checkpoints(plan)
     if settings.json:
-        click.echo(json.dumps({
+        emit({
             "run": str(run), "dry_run": dry_run, "archive": url, "metric": plan.metric,
             "mode": plan.mode, "why_best": plan.why_best,
             "best": plan.best.name if plan.best else None,
@@ -102,7 +102,7 @@ def keep(run: Path, metric: str | None, mode: str | None, settle: float, name: s
             "in_progress": [c.name for c in plan.in_progress], "alive": plan.alive,
             "bytes_freed": plan.bytes_freed if (dry_run or deleted) else 0,
             "archived": [m["checkpoint"] for m in manifests],
-        }, indent=2))
+        })
         return
     click.echo(f"best:  {plan.best.name if plan.best else '-'}  ({plan.why_best})")
     click.echo(f"final: {plan.final.name if plan.final else '-'}")
@@ -140,8 +140,7 @@ def restore(run: Path, checkpoint: str, name: str | None, archive_flag: str | No
     run.mkdir(parents=True, exist_ok=True)
     total = restore_checkpoint(open_archive(url), run, _run_name(run, name), checkpoint)
     if settings.json:
-        click.echo(json.dumps({"run": str(run), "checkpoint": checkpoint, "bytes": total},
-                              indent=2))
+        emit({"run": str(run), "checkpoint": checkpoint, "bytes": total})
     else:
         click.echo(f"Restored {checkpoint} into {run} ({human_size(total)}), verified.",
                    err=True)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from wlock.cli.options import Settings, common_options, lock_option
+from wlock.cli.output import emit
 from wlock.units import human_size
 
 
@@ -54,12 +54,12 @@ def export(repo_id: str, dest: Path, dataset: bool, copy: bool, delete: bool, ve
     finally:
         progress.close()
     if settings.json:
-        click.echo(json.dumps({
+        emit({
             "kind": repo.kind, "id": repo.id, "revision": repo.revision, "dest": result.dest,
             "written_files": result.written, "written_bytes": result.written_bytes,
             "unchanged_files": result.unchanged, "how": result.how, "extra": result.extra,
             "deleted": result.deleted,
-        }, indent=2))
+        })
         return
     hows = ", ".join(f"{n} by {how}" for how, n in sorted(result.how.items()))
     click.echo(f"Exported {repo.kind} {repo.id}@{repo.revision[:7]} to {dest}: "

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import click
 
 from wlock.cli.options import Settings, common_options, lock_option
+from wlock.cli.output import emit
 from wlock.errors import UsageError
 from wlock.units import human_size
 
@@ -51,14 +51,14 @@ def gc(keep_locks: tuple[Path, ...], keep_newer: float | None, no_project: bool,
     plan = plan_gc(settings.cache_dir, locks, keep_newer_days=keep_newer)
     freed = plan.freed_bytes if dry_run else execute_gc(plan)
     if settings.json:
-        click.echo(json.dumps({
+        emit({
             "cache_dir": plan.cache_dir, "dry_run": dry_run,
             "kept_locks": [str(p) for p in paths], "kept_revisions": plan.kept,
             "removed": [{"kind": r.kind, "id": r.id, "revision": r.revision,
                          "refs": list(r.refs), "files": r.files} for r in plan.remove],
             "freed_bytes": freed, "shared_commits_kept": plan.shared,
             "warnings": plan.warnings,
-        }, indent=2))
+        })
         return
     verb = "would remove" if dry_run else "removed"
     for r in plan.remove:

@@ -11,6 +11,8 @@ import click
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "github", "sarif"]),
               default="text", show_default=True, help="How to report findings.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON document on stdout (wlock's contract; --format json's fields).")
 @click.option("--fix", is_flag=True,
               help="Write the locked commit where it is missing or wrong (never invents one).")
 @click.option("--fail-on-dynamic", is_flag=True,
@@ -18,7 +20,7 @@ import click
 @click.option("--project", type=click.Path(file_okay=False, path_type=Path),
               help="Project folder whose weights.lock the pins must match "
               "(default: nearest folder upward with weights.toml).")
-def lint(paths: tuple[Path, ...], fmt: str, fix: bool, fail_on_dynamic: bool,
+def lint(paths: tuple[Path, ...], fmt: str, as_json: bool, fix: bool, fail_on_dynamic: bool,
          project: Path | None) -> None:
     """Report every Hub download in PATHs (default: the project) without a pinned revision.
 
@@ -68,10 +70,16 @@ def lint(paths: tuple[Path, ...], fmt: str, fix: bool, fail_on_dynamic: bool,
         click.echo(f"Fixed {applied} finding(s) in {changed} file(s).", err=True)
         if applied:
             report = lint_paths(targets, lock, settings, root=root)
-    click.echo(render(report, fmt), nl=False)
+    if as_json:
+        from wlock.cli.output import emit
+        from wlock.lint.report import as_dict
+
+        emit(as_dict(report) | {"ok": not report.failed})
+    else:
+        click.echo(render(report, fmt), nl=False)
     for error in report.errors:
         click.echo(f"warning: {error}", err=True)
-    if fmt == "text":
+    if fmt == "text" and not as_json:
         errors = sum(f.severity == "error" for f in report.findings)
         warnings = len(report.findings) - errors
         against = "weights.lock" if lock else "no weights.lock (pins not compared)"

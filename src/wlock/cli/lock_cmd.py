@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import click
 
 from wlock.cli.options import Settings, common_options, offline_option
+from wlock.cli.output import emit
 from wlock.units import human_size
 
 
@@ -77,7 +77,7 @@ def lock(
         click.echo(f"warning: {old} was renamed to {new} on the Hub; "
                    f"consider updating weights.toml", err=True)
     if settings.json:
-        click.echo(json.dumps({
+        emit({
             "lock": str(project / "weights.lock"),
             "written": result.written,
             "merge": list(result.notes),
@@ -88,7 +88,7 @@ def lock(
             "repos": len(result.lock.repos),
             "files": sum(len(r.files) for r in result.lock.repos),
             "bytes": sum(r.size for r in result.lock.repos),
-        }, indent=2))
+        })
         return
     for change in result.changes:
         click.echo(change.render())
@@ -121,10 +121,10 @@ def _from_record(log: Path, run_id: str | None, output: Path | None, settings: S
         target = Path.cwd() / LOCK_NAME
     written = write_lock(target, lock)
     if settings.json:
-        click.echo(json.dumps({"lock": str(target), "written": written,
+        emit({"lock": str(target), "written": written,
                                "run_id": run["run_id"], "recorded": run.get("time"),
                                "host": run.get("host"), "lock_digest": run.get("lock_digest"),
-                               "repos": len(lock.repos)}, indent=2))
+                               "repos": len(lock.repos)})
         return
     click.echo(f"{'Wrote' if written else 'Unchanged:'} {target}: the lock of run "
                f"{run['run_id']} ({run.get('time')} on {run.get('host')}), {len(lock.repos)} "

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from wlock.cli.options import Settings, common_options
+from wlock.cli.output import emit
 from wlock.models import RepoKind
 
 
@@ -25,6 +26,8 @@ def init(settings: Settings) -> None:
     folder = (settings.project_flag or Path.cwd()).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     path = init_manifest(folder)
+    if settings.json:
+        emit({"manifest": str(path), "written": True})
     click.echo(f"Wrote {path}. Next: `wlock add ORG/NAME`, then `wlock lock`.", err=True)
 
 
@@ -57,6 +60,8 @@ def add(
     path = settings.project() / MANIFEST_NAME
     new = add_entry(path, kind, repo_id, ref, include, exclude)
     verb = "Added" if new else "Updated"
+    if settings.json:
+        emit({"manifest": str(path), "kind": kind, "id": repo_id, "ref": ref, "added": new})
     click.echo(f"{verb} {kind} {repo_id} in {path}. Run `wlock lock` to pin it.", err=True)
 
 
@@ -77,5 +82,7 @@ def remove(repo_id: str, dataset: bool, settings: Settings) -> None:
     kind: RepoKind = "dataset" if dataset else "model"
     path = settings.project() / MANIFEST_NAME
     remove_entry(path, kind, repo_id)
+    if settings.json:
+        emit({"manifest": str(path), "kind": kind, "id": repo_id, "removed": True})
     click.echo(f"Removed {kind} {repo_id} from {path}. Run `wlock lock` to update the lock.",
                err=True)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from wlock.cli.options import Settings, common_options, lock_option
+from wlock.cli.output import emit
 from wlock.units import human_size
 
 
@@ -28,10 +27,10 @@ def list_(settings: Settings) -> None:
     lock = read_lock(settings.lock_path())
     states = {(r.kind, r.id): r for r in cache_status(lock, settings.cache_dir).repos}
     if settings.json:
-        click.echo(json.dumps({"lock": str(settings.lock_path()), "repos": [
+        emit({"lock": str(settings.lock_path()), "repos": [
             {"kind": r.kind, "id": r.id, "requested": r.requested, "revision": r.revision,
              "files": len(r.files), "bytes": r.size, "cache": states[r.key].state,
-             "path": states[r.key].path} for r in lock.repos]}, indent=2))
+             "path": states[r.key].path} for r in lock.repos]})
         return
     width = max((len(r.id) for r in lock.repos), default=2)
     for r in lock.repos:
@@ -56,7 +55,7 @@ def revision(repo_id: str, dataset: bool, settings: Settings) -> None:
 
     repo = locked(repo_id, kind="dataset" if dataset else None, lock=settings.lock_path())
     if settings.json:
-        click.echo(json.dumps({"kind": repo.kind, "id": repo.id, "revision": repo.revision}))
+        emit({"kind": repo.kind, "id": repo.id, "revision": repo.revision})
     else:
         click.echo(repo.revision)
 
@@ -84,6 +83,6 @@ def path(repo_id: str, dataset: bool, settings: Settings) -> None:
     except NotSyncedError as e:
         raise CheckFailedError(e.message, hint=e.hint) from None
     if settings.json:
-        click.echo(json.dumps({"id": repo_id, "path": str(folder)}))
+        emit({"id": repo_id, "path": str(folder)})
     else:
         click.echo(folder)

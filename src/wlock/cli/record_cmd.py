@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from wlock.cli.options import Settings, common_options, lock_option
+from wlock.cli.output import emit
 
 DEFAULT_LOG = "wlock-runs.jsonl"
 
@@ -46,8 +47,8 @@ def record(log: Path | None, settings: Settings) -> None:
     target = log or lock_path.parent / DEFAULT_LOG
     append_records(target, lines)
     if settings.json:
-        click.echo(json.dumps({"log": str(target), "run_id": lines[0]["run_id"] if lines
-                               else None, "entries": len(lines)}, indent=2))
+        emit({"log": str(target), "run_id": lines[0]["run_id"] if lines
+                               else None, "entries": len(lines)})
     else:
         click.echo(f"Recorded {len(lines)} entries (run {lines[0]['run_id'] if lines else '-'}) "
                    f"in {target}.", err=True)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 
 import click
 
 from wlock.cli.options import Settings, archive_option, archive_url, common_options, lock_option
+from wlock.cli.output import emit
 from wlock.units import human_size
 
 
@@ -53,7 +53,7 @@ def status(archive_flag: str | None, no_archive: bool, settings: Settings) -> No
             url = None
     mount = report.mount
     if settings.json:
-        click.echo(json.dumps({
+        emit({
             "cache_dir": report.cache_dir,
             "filesystem": {"type": mount.fstype, "mount_point": mount.point,
                            "source": mount.source, "volatile": mount.volatile,
@@ -63,7 +63,7 @@ def status(archive_flag: str | None, no_archive: bool, settings: Settings) -> No
             "repos": [asdict(r) | ({"archived": archived[f"{r.kind} {r.id}"]} if url else {})
                       for r in report.repos],
             "warnings": report.warnings,
-        }, indent=2))
+        })
         return
     traits = [t for t, on in (("volatile: lost at reboot", mount.volatile),
                               ("network filesystem", mount.network)) if on]

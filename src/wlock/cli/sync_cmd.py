@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,8 +15,9 @@ from wlock.cli.options import (
     lock_option,
     offline_option,
 )
+from wlock.cli.output import emit
 from wlock.errors import UsageError
-from wlock.models import SyncPlan
+from wlock.models import SyncPlan, SyncResult
 from wlock.units import human_size
 
 if TYPE_CHECKING:
@@ -121,8 +121,7 @@ def sync(
     if plan.is_noop:
         tidy(plan)
         if settings.json:
-            click.echo(json.dumps(_plan_json(plan) | {"fetched_files": 0, "fetched_bytes": 0},
-                                  indent=2))
+            emit(_result_json(plan, None, dry_run=False))
         else:
             files = sum(len(r.repo.files) for r in plan.repos)
             click.echo(f"Already in sync: {len(plan.repos)} repos, {files} files in "
@@ -144,12 +143,7 @@ def sync(
     finally:
         progress.close()
     if settings.json:
-        click.echo(json.dumps(_plan_json(plan) | {
-            "fetched_files": result.fetched_files, "fetched_bytes": result.fetched_bytes,
-            "restored": {label: {"files": n, "bytes": b}
-                         for label, (n, b) in result.restored.items()},
-            "refused": list(result.refused), "seconds": round(result.seconds, 3),
-        }, indent=2))
+        emit(_result_json(plan, result, dry_run=False))
         return
     for line in result.refused:
         click.echo(f"warning: {line}", err=True)
@@ -208,9 +202,23 @@ def _plan_json(plan: SyncPlan) -> dict[str, object]:
     }
 
 
+def _result_json(plan: SyncPlan, result: SyncResult | None, *, dry_run: bool,
+                 ) -> dict[str, object]:
+    """The same fields for a dry run, a sync with nothing to do, and a real sync."""
+    return _plan_json(plan) | {
+        "dry_run": dry_run,
+        "fetched_files": result.fetched_files if result else 0,
+        "fetched_bytes": result.fetched_bytes if result else 0,
+        "restored": {label: {"files": n, "bytes": b}
+                     for label, (n, b) in (result.restored.items() if result else ())},
+        "refused": list(result.refused) if result else [],
+        "seconds": round(result.seconds, 3) if result else 0.0,
+    }
+
+
 def _render_plan(plan: SyncPlan, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(_plan_json(plan) | {"dry_run": True}, indent=2))
+        emit(_result_json(plan, None, dry_run=True))
         return
     click.echo(f"Plan for {Path(plan.cache_dir)} (dry run: nothing is changed):")
     for r in plan.repos:

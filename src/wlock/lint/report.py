@@ -22,7 +22,12 @@ def _text(report: LintReport) -> str:
 
 
 def _json(report: LintReport) -> str:
-    return json.dumps({
+    return json.dumps(as_dict(report), indent=2) + "\n"
+
+
+def as_dict(report: LintReport) -> dict[str, Any]:
+    """The report as data: what `--format json` prints."""
+    return {
         "files": report.files,
         "loads": report.sites,
         "failed": report.failed,
@@ -33,7 +38,7 @@ def _json(report: LintReport) -> str:
              "param": f.param, "message": f.message, "fix": f.fix}
             for f in report.findings
         ],
-    }, indent=2) + "\n"
+    }
 
 
 def _escape(text: str, *, prop: bool = False) -> str:
