@@ -261,7 +261,8 @@ def test_read_only_project_exits_6(hub: Hub, tmp_path: Path) -> None:
 
 def test_init_add_remove_round_trip(tmp_path: Path) -> None:
     assert run_wlock("init", cwd=tmp_path).code == 0
-    added = run_wlock("add", "acme/tiny-bert@v1.0", "--include", "*.json", cwd=tmp_path)
+    added = run_wlock("add", "acme/tiny-bert@v1.0", "--include", "*.json", "--no-lock",
+                      cwd=tmp_path)
     assert added.code == 0
     assert added.stderr == (
         f"Added model acme/tiny-bert in {tmp_path}/weights.toml. Run `wlock lock` to pin it.\n"
@@ -299,3 +300,40 @@ def test_dash_capital_v_prints_the_version_as_uv_does() -> None:
     for flag in ("-V", "--version"):
         result = run_wlock(flag)
         assert result.code == 0 and result.stdout == f"wlock, version {__version__}\n"
+
+
+def test_add_checks_the_hub_and_locks_like_uv_add(hub: Hub, tmp_path: Path) -> None:
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n')
+    manifest = (project / "weights.toml").read_text()
+    ep = ("--endpoint", hub.endpoint)
+
+    missing = run_wlock("add", "acme/no-such-repo", *ep, cwd=project)
+    assert missing.code == 5 and "acme/no-such-repo was not found" in missing.stderr
+    assert "weights.toml was left as it was" in missing.stderr
+    as_model = run_wlock("add", "acme/tiny-squad", *ep, cwd=project)  # it is a dataset
+    assert as_model.code == 5
+    assert "but a dataset acme/tiny-squad exists: did you mean the dataset?" in as_model.stderr
+    assert "wlock add --dataset acme/tiny-squad" in as_model.stderr
+    no_ref = run_wlock("add", "acme/tiny-bert@no-such-tag", *ep, cwd=project)
+    assert no_ref.code == 5 and "revision 'no-such-tag' not found" in no_ref.stderr
+    assert (project / "weights.toml").read_text() == manifest  # each left it as it was
+    assert not (project / "weights.lock").exists()
+
+    added = run_wlock("add", "acme/tiny-squad@v1.0", "--dataset", *ep, cwd=project)
+    assert added.code == 0, added.stderr
+    assert "and locked it at" in added.stderr
+    lock = read_lock(project / "weights.lock")
+    assert {r.id for r in lock.repos} == {"acme/tiny-bert", "acme/tiny-squad"}
+
+
+def test_lock_reports_every_bad_entry_at_once(hub: Hub, tmp_path: Path) -> None:
+    project = write_project(tmp_path, '[[model]]\nid = "acme/nope-one"\n\n'
+                            '[[model]]\nid = "acme/tiny-bert"\nref = "no-such-branch"\n\n'
+                            '[[model]]\nid = "acme/tiny-squad"\n\n'
+                            '[[dataset]]\nid = "acme/tiny-squad"\nref = "v1.0"\n')
+    done = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert done.code == 5
+    assert "3 entries of weights.toml failed:" in done.stderr
+    for words in ("model acme/nope-one was not found", "revision 'no-such-branch' not found",
+                  "did you mean the dataset?"):
+        assert words in done.stderr, words

@@ -74,7 +74,9 @@ def test_every_command_prints_one_document_on_success(hub: Hub, project: Path,
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     document(run_wlock("init", "--json", cwd=fresh), "init")
-    document(run_wlock("add", "acme/tiny-squad", "--dataset", "--json", cwd=fresh), "add")
+    added = document(run_wlock("add", "acme/tiny-squad", "--dataset", "--json", "--endpoint",
+                                 hub.endpoint, cwd=fresh), "add")
+    assert len(added["revision"]) == 40
     document(run_wlock("remove", "acme/tiny-squad", "--dataset", "--json", cwd=fresh),
              "remove")
 

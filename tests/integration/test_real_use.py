@@ -109,7 +109,7 @@ def test_editing_only_globs_keeps_the_pin(hub: Hub, tmp_path: Path) -> None:
                                                   "onnx/model.onnx": b"o"})
     project = locked(hub, tmp_path, f'[[model]]\nid = "{repo_id}"\n')
     hub.builder.commit("model", repo_id, {"config.json": b'{"v": 2}\n'})  # main moves on
-    assert run_wlock("add", repo_id, "--exclude", "onnx/", cwd=project).code == 0
+    assert run_wlock("add", repo_id, "--exclude", "onnx/", "--no-lock", cwd=project).code == 0
     dry = run_wlock("lock", "--dry-run", "--endpoint", hub.endpoint, cwd=project)
     assert dry.code == 0, dry.stderr
     assert dry.stdout == f"{repo_id}  main  {first[:7]} (kept; files re-selected)\n"
@@ -249,7 +249,7 @@ def test_a_merge_conflict_in_the_lock_is_resolved_without_moving_pins_silently(
     git(project, "commit", "-qam", "upgrade moved")
     git(project, "checkout", "-q", "main")
     head = hub.builder.commit("model", moved, {"config.json": f"{moved} v3".encode()})
-    assert run_wlock("add", added, cwd=project).code == 0
+    assert run_wlock("add", added, "--no-lock", cwd=project).code == 0
     assert run_wlock("lock", "--upgrade-package", moved, "--endpoint", hub.endpoint,
                      cwd=project).code == 0
     git(project, "commit", "-qam", "add one")

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from wlock.cli.options import Settings, common_options
+from wlock.cli.completion_cmd import locked_ids
+from wlock.cli.options import Settings, common_options, offline_option
 from wlock.cli.output import emit
 from wlock.models import RepoKind
 
@@ -38,14 +39,21 @@ def init(settings: Settings) -> None:
               help="Lock only files matching GLOB (repeatable).")
 @click.option("--exclude", multiple=True, metavar="GLOB",
               help="Leave out files matching GLOB (repeatable).")
+@click.option("--no-lock", is_flag=True,
+              help="Only edit weights.toml: do not ask the Hub or update weights.lock.")
+@offline_option
 @common_options
 def add(
     spec: str, dataset: bool, include: tuple[str, ...], exclude: tuple[str, ...],
-    settings: Settings,
+    no_lock: bool, settings: Settings,
 ) -> None:
-    """Add a model or dataset to weights.toml (or update its ref and globs).
+    """Add a model or dataset to weights.toml (or update its ref and globs), and lock it.
 
-    REF is a branch, a tag or a 40-hex commit; without it the entry follows `main`.
+    REF is a branch, a tag or a 40-hex commit; without it the entry follows `main`. As
+    `uv add`, the entry is checked on the Hub and weights.lock updated at once: a repo that
+    does not exist (or is a dataset added as a model), a ref that does not exist, or globs
+    that match nothing leave weights.toml as it was and say why. --no-lock (or --offline)
+    only edits weights.toml.
 
     \b
     Examples:
@@ -57,16 +65,39 @@ def add(
 
     repo_id, ref = parse_requirement(spec)
     kind: RepoKind = "dataset" if dataset else "model"
-    path = settings.project() / MANIFEST_NAME
+    project = settings.project()
+    path = project / MANIFEST_NAME
+    before = path.read_bytes()
     new = add_entry(path, kind, repo_id, ref, include, exclude)
     verb = "Added" if new else "Updated"
+    revision = None
+    if not (no_lock or settings.offline):
+        from wlock.atomic import write_bytes_atomic
+        from wlock.errors import WlockError
+        from wlock.lock.resolve import lock_project
+
+        try:
+            result = lock_project(project, endpoint=settings.endpoint, token=settings.token)
+        except WlockError as e:
+            write_bytes_atomic(path, before)  # as it was: nothing half-added
+            e.hint = ((e.hint + "\n") if e.hint else "") + (
+                f"{MANIFEST_NAME} was left as it was.")
+            raise
+        entry = result.lock.find(kind, repo_id) or next(
+            r for r in result.lock.repos if r.kind == kind and r.id.lower() == repo_id.lower())
+        revision = entry.revision
     if settings.json:
-        emit({"manifest": str(path), "kind": kind, "id": repo_id, "ref": ref, "added": new})
-    click.echo(f"{verb} {kind} {repo_id} in {path}. Run `wlock lock` to pin it.", err=True)
+        emit({"manifest": str(path), "kind": kind, "id": repo_id, "ref": ref, "added": new,
+              "revision": revision})
+    if revision is None:
+        click.echo(f"{verb} {kind} {repo_id} in {path}. Run `wlock lock` to pin it.", err=True)
+    else:
+        click.echo(f"{verb} {kind} {repo_id} in {path} and locked it at {revision[:7]}.",
+                   err=True)
 
 
 @click.command()
-@click.argument("repo_id", metavar="ID")
+@click.argument("repo_id", metavar="ID", shell_complete=locked_ids)
 @click.option("--dataset", is_flag=True, help="The repo is a dataset (default: a model).")
 @common_options
 def remove(repo_id: str, dataset: bool, settings: Settings) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from wlock.errors import (
     HubError,
     HubUnreachableError,
+    RepoNotFoundError,
     RevisionNotFoundError,
     UnsafePathError,
     redact,
@@ -78,10 +79,13 @@ class HubClient:
         Raises a HubError subclass (exit 5) naming the repo.
         """
         info_call = self._api.model_info if kind == "model" else self._api.dataset_info
-        info = self._with_retries(
-            kind, repo_id, ref, lambda: info_call(repo_id, revision=ref, files_metadata=True,
-                                              timeout=self.timeout)
-        )
+        try:
+            info = self._with_retries(
+                kind, repo_id, ref, lambda: info_call(repo_id, revision=ref,
+                                                  files_metadata=True, timeout=self.timeout)
+            )
+        except RepoNotFoundError as e:
+            raise self._other_kind(kind, repo_id, e) from None
         sha = getattr(info, "sha", None)
         if not isinstance(sha, str) or not is_commit(sha):
             raise HubError(
@@ -103,6 +107,23 @@ class HubClient:
             kind=kind, hub_id=str(getattr(info, "id", repo_id)),
             revision=sha, files=files,
         )
+
+    def _other_kind(self, kind: RepoKind, repo_id: str, error: RepoNotFoundError
+                    ) -> RepoNotFoundError:
+        """A repo not found as a model may be a dataset (and the other way round): one more
+        request, made only on this failure, turns "not found" into "did you mean"."""
+        other: RepoKind = "dataset" if kind == "model" else "model"
+        try:
+            self._api.repo_info(repo_id, repo_type=other, timeout=self.timeout)
+        except Exception:  # noqa: BLE001 - not there either (or unreachable): as it was
+            return error
+        flag = "--dataset " if other == "dataset" else ""
+        return RepoNotFoundError(
+            f"{kind} {repo_id} was not found on {self.endpoint}, but a {other} {repo_id} "
+            f"exists: did you mean the {other}?", repo=repo_id,
+            hint=f"Move it to a [[{other}]] table in weights.toml, or `wlock remove "
+            f"{repo_id}{' --dataset' if kind == 'dataset' else ''}` and `wlock add "
+            f"{flag}{repo_id}`.")
 
     def _with_retries(self, kind: RepoKind, repo_id: str, ref: str, call: Callable[[], T]) -> T:
         from huggingface_hub.errors import HfHubHTTPError

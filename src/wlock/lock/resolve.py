@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from wlock.errors import InvalidFileError, OfflineError, UsageError
+from wlock.errors import InvalidFileError, OfflineError, UsageError, WlockError
 from wlock.lock.hub import DEFAULT_TIMEOUT, HubClient, RemoteSnapshot
 from wlock.lock.lockfile import (
     LOCK_NAME,
@@ -100,6 +100,19 @@ def resolutions(
     return kept, to_resolve
 
 
+class EntriesFailed(WlockError):
+    """Several entries of weights.toml could not be resolved; each is named."""
+
+    def __init__(self, failures: list[WlockError]) -> None:
+        hints = list(dict.fromkeys(f.hint for f in failures if f.hint))
+        super().__init__(
+            f"{len(failures)} entries of weights.toml failed:\n"
+            + "\n".join(f"  {f.message}" for f in failures),
+            hint="\n      ".join(hints) or None)
+        self.exit_code = min(f.exit_code for f in failures)
+        self.label = failures[0].label
+
+
 def plan_lock(
     manifest: Manifest,
     previous: Lock | None,
@@ -120,10 +133,18 @@ def plan_lock(
                                    upgrade_packages=upgrade_packages)
     resolved: dict[tuple[str, str], RemoteSnapshot] = {}
     if to_resolve:
+        failures: list[WlockError] = []
         with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(to_resolve)))) as pool:
-            snaps = pool.map(lambda r: snapshot(r.entry, r.revision), to_resolve)
-            for item, snap in zip(to_resolve, snaps, strict=True):
-                resolved[item.entry.key] = snap
+            futures = [pool.submit(snapshot, r.entry, r.revision) for r in to_resolve]
+            for item, future in zip(to_resolve, futures, strict=True):
+                try:
+                    resolved[item.entry.key] = future.result()
+                except WlockError as e:  # every failing entry is reported, not the first
+                    failures.append(e)
+        if len(failures) == 1:
+            raise failures[0]
+        if failures:
+            raise EntriesFailed(failures)
 
     repos: list[LockedRepo] = []
     renamed: list[tuple[str, str]] = []
