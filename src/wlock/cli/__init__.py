@@ -17,6 +17,7 @@ from wlock import __version__
 from wlock.cli.archive_cmd import archive
 from wlock.cli.check_cmd import check
 from wlock.cli.checkpoints_cmd import checkpoints
+from wlock.cli.completion_cmd import completion
 from wlock.cli.export_cmd import export
 from wlock.cli.gc_cmd import gc
 from wlock.cli.lint_cmd import lint
@@ -49,14 +50,24 @@ Exit codes: 0 ok, 1 check failed, 2 usage, 3 lock out of date, 4 invalid file,
 )
 @click.version_option(__version__, "-V", "--version", prog_name="wlock")
 @click.option("--debug", is_flag=True, help="Show tracebacks for expected errors too.")
-def cli(debug: bool) -> None:
+@click.option("--no-progress", is_flag=True,
+              help="No progress bars or lines (as HF_HUB_DISABLE_PROGRESS_BARS=1).")
+@click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto",
+              show_default=True, help="Colour errors and warnings (auto: on a terminal, "
+              "unless NO_COLOR is set).")
+def cli(debug: bool, no_progress: bool, color: str) -> None:
     """wlock: lock Hugging Face model weights to exact commits and bytes."""
     if debug:
         os.environ["WLOCK_DEBUG"] = "1"
+    if no_progress:
+        from wlock.cli import progress
+
+        progress.DISABLED = True
+    _COLOR["mode"] = color
 
 
 for command in (init, add, remove, lock, sync, check, list_, revision, path, status, archive,
-                export, gc, record, checkpoints, lint, run, serve):
+                export, gc, record, checkpoints, lint, run, serve, completion):
     cli.add_command(command)
 
 
@@ -87,9 +98,10 @@ def main(argv: list[str] | None = None) -> None:
             import traceback
 
             traceback.print_exc()
-        click.echo(f"error: {redact(e.message)}", err=True)
+        on = _color_on()
+        click.echo(f"{_paint('error:', 'red', on)} {redact(e.message)}", err=True, color=on)
         if e.hint:
-            click.echo(f"hint: {redact(e.hint)}", err=True)
+            click.echo(f"{_paint('hint:', 'cyan', on)} {redact(e.hint)}", err=True, color=on)
         if as_json:
             emit_error(_command(args), e.label, int(e.exit_code), redact(e.message),
                        redact(e.hint) if e.hint else None)
@@ -98,6 +110,20 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("Interrupted.", err=True)
         sys.exit(130)
     sys.exit(0)
+
+
+_COLOR = {"mode": "auto"}
+
+
+def _color_on() -> bool:
+    """Colour where asked (--color always), or on a terminal without NO_COLOR."""
+    mode = _COLOR["mode"]
+    return mode == "always" or (mode == "auto" and not os.environ.get("NO_COLOR")
+                                and sys.stderr.isatty())
+
+
+def _paint(word: str, fg: str, on: bool) -> str:
+    return click.style(word, fg=fg, bold=True) if on else word
 
 
 def _command(args: list[str]) -> str:

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import click
 
+from wlock.cli.completion_cmd import locked_ids
 from wlock.cli.options import Settings, common_options, lock_option
 from wlock.cli.output import emit
 from wlock.units import human_size
 
 
 @click.command()
-@click.argument("repo_id", metavar="ID")
+@click.argument("repo_id", metavar="ID", shell_complete=locked_ids)
 @click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--dataset", is_flag=True, help="ID is a dataset (when both are locked).")
 @click.option("--copy", is_flag=True,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from wlock.cli.completion_cmd import locked_ids
 from wlock.cli.options import Settings, common_options, lock_option
 from wlock.cli.output import emit
 from wlock.units import human_size
@@ -39,7 +40,7 @@ def list_(settings: Settings) -> None:
 
 
 @click.command()
-@click.argument("repo_id", metavar="ID")
+@click.argument("repo_id", metavar="ID", shell_complete=locked_ids)
 @click.option("--dataset", is_flag=True, help="ID is a dataset (when both are locked).")
 @lock_option
 @common_options
@@ -61,7 +62,7 @@ def revision(repo_id: str, dataset: bool, settings: Settings) -> None:
 
 
 @click.command()
-@click.argument("repo_id", metavar="ID")
+@click.argument("repo_id", metavar="ID", shell_complete=locked_ids)
 @click.option("--dataset", is_flag=True, help="ID is a dataset (when both are locked).")
 @lock_option
 @common_options

@@ -25,10 +25,13 @@ class Progress(Protocol):
     def close(self) -> None: ...
 
 
+DISABLED = False  # `wlock --no-progress`
+
+
 def make_progress(title: str, total_bytes: int, *, quiet: bool) -> Progress:
     """Bars on a terminal, sparse lines in a log; nothing with `quiet` (--json) or when
     HF_HUB_DISABLE_PROGRESS_BARS is set, as huggingface_hub's own bars obey it."""
-    if quiet or _env_true("HF_HUB_DISABLE_PROGRESS_BARS"):
+    if quiet or DISABLED or _env_true("HF_HUB_DISABLE_PROGRESS_BARS"):
         return _Silent()
     if sys.stderr.isatty() and not os.environ.get("CI"):
         return _Bars(title, total_bytes)
