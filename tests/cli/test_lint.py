@@ -56,7 +56,6 @@ EXPECTED = [
     ("transformers_cases.py:38:14", "WL104", "someone/else", "revision"),
     ("transformers_cases.py:39:13", "WL104", "gpt2", "revision"),
     ("transformers_cases.py:40:14", "WL101", "acme/llama", "revision"),
-    ("transformers_cases.py:44:10", "WL105", "acme/coder", "code_revision"),
     ("transformers_cases.py:49:16", "WL101", "acme/bert", "revision"),
     ("transformers_cases.py:53:9", "WL200", None, "revision"),
     ("transformers_cases.py:54:9", "WL200", "acme/bert", "revision"),
@@ -69,6 +68,11 @@ EXPECTED = [
     ("transformers_cases.py:74:14", "WL102", "acme/sd", "revision"),
     ("transformers_cases.py:75:11", "WL101", "acme/sd", "revision"),
     ("transformers_cases.py:76:7", "WL101", "acme/tok", "revision"),
+    # Remote code with no revision at all: the revision and the code's both unpinned.
+    ("transformers_cases.py:77:19", "WL101", "acme/coder", "revision"),
+    ("transformers_cases.py:77:19", "WL105", "acme/coder", "code_revision"),
+    # code_revision given as a branch: judged like any revision.
+    ("transformers_cases.py:78:17", "WL102", "acme/coder", "code_revision"),
 ]
 
 
@@ -92,7 +96,7 @@ def test_every_family_gives_the_exact_findings(corpus: Path) -> None:
     assert findings(result) == EXPECTED
     report = json.loads(result.stdout)
     assert report["files"] == 3  # excluded/ is skipped by [tool.wlock.lint] exclude
-    assert report["loads"] == 71
+    assert report["loads"] == 74
 
 
 def test_text_output_says_what_to_write(corpus: Path) -> None:
@@ -112,12 +116,12 @@ def test_text_output_says_what_to_write(corpus: Path) -> None:
         '"someone/else", which is not in weights.lock; run `wlock add someone/else` and '
         '`wlock lock`'
     ) in lines
-    assert result.stderr.endswith("20 error(s), 3 warning(s) in " + result.stderr.rsplit(" in ", 1)[1])
+    assert result.stderr.endswith("22 error(s), 3 warning(s) in " + result.stderr.rsplit(" in ", 1)[1])
 
 
 def test_fix_then_lint_leaves_nothing_fixable_and_code_that_parses(corpus: Path) -> None:
     fixed = run_wlock("lint", "--fix", "--format", "json", cwd=corpus)
-    assert fixed.stderr.startswith("Fixed 39 finding(s) in 3 file(s).")
+    assert fixed.stderr.startswith("Fixed 41 finding(s) in 3 file(s).")
     again = run_wlock("lint", "--format", "json", cwd=corpus)
     left = findings(again)
     assert [f for f in json.loads(again.stdout)["findings"] if f["fix"]] == []

@@ -74,3 +74,8 @@ auto_peft = AutoPeftModelForCausalLM.from_pretrained("acme/adapter")
 sd_variant = DiffusionPipeline.from_pretrained("acme/sd", revision="fp16")
 sd_unet = UNet2DConditionModel.from_pretrained("acme/sd", subfolder="unet")
 tok = Tokenizer.from_pretrained("acme/tok")
+remote_unpinned = AutoModelForCausalLM.from_pretrained("acme/coder", trust_remote_code=True)
+remote_branch = AutoModelForCausalLM.from_pretrained(
+    "acme/coder", revision="adc2d41cb395a6bf38eb05157e79829a9c8535ad", trust_remote_code=True,
+    code_revision="main",
+)

@@ -250,8 +250,14 @@ class _Visitor:
         ))
 
     def _remote_code(self, call: ast.Call, family: str, repo: tuple[str, str | None]) -> None:
+        """WL105 only where the remote code's commit is not already decided: transformers
+        loads the code of the repo itself at `revision` when `code_revision` is not given,
+        so a call that passes `revision` is judged by it (WL101/102/103) alone."""
         flag = self._arg(call, None, "trust_remote_code")
-        if isinstance(flag, ast.Constant) and flag.value is True:
+        if not (isinstance(flag, ast.Constant) and flag.value is True):
+            return
+        if (self._arg(call, None, "code_revision") is not None
+                or self._arg(call, None, "revision") is None):
             self._add(call, family, repo, "model", "code_revision")
 
     # -- the families ------------------------------------------------------------------------
