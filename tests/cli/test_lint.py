@@ -266,3 +266,15 @@ def test_loaders_imported_under_another_name(tmp_path: Path) -> None:
     assert fixed.code == 0, fixed.stdout + fixed.stderr
     assert f'_dl("acme/bert", "config.json", revision="{BERT}")' in (
         tmp_path / "aliased.py").read_text()
+
+
+def test_pre_commit_shapes_exclude_and_the_lock_itself(corpus: Path) -> None:
+    """pre-commit passes changed files by name: an excluded file stays excluded, and a
+    changed weights.lock (or weights.toml) lints the whole project (its pins may be stale)."""
+    excluded = run_wlock("lint", "--format", "json", "excluded/skipped.py", cwd=corpus)
+    assert excluded.code == 0 and json.loads(excluded.stdout)["files"] == 0
+    whole = run_wlock("lint", "--format", "json", cwd=corpus)
+    for changed in ("weights.lock", "weights.toml"):
+        by_lock = run_wlock("lint", "--format", "json", changed, cwd=corpus)
+        assert by_lock.code == 1
+        assert json.loads(by_lock.stdout) == json.loads(whole.stdout)

@@ -63,7 +63,13 @@ def lint(paths: tuple[Path, ...], fmt: str, as_json: bool, fix: bool, fail_on_dy
     if fail_on_dynamic:
         settings = replace(settings, fail_on_dynamic=True)
     root = Path.cwd()
-    targets = list(paths) or [folder or root]
+    # A changed weights.toml or weights.lock (pre-commit passes it as a file name) can make
+    # any pin in the project stale (WL103): then the whole project is linted.
+    lock_files = {p for p in paths if p.name in ("weights.toml", "weights.lock")}
+    code_paths = [p for p in paths if p not in lock_files]
+    targets = code_paths or [folder or root]
+    if lock_files:
+        targets = [folder or root]
     report = lint_paths(targets, lock, settings, root=root)
     if fix:
         applied, changed = fix_findings(report.findings, root)

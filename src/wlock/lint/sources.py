@@ -61,10 +61,14 @@ def read_sources(path: Path, display: str) -> list[Source]:
 
 
 def iter_files(paths: Iterable[Path], exclude: tuple[str, ...]) -> Iterator[Path]:
-    """Python files and notebooks under `paths`, skipping virtualenvs, caches and `exclude`."""
+    """Python files and notebooks under `paths`, skipping virtualenvs, caches and `exclude`.
+    A file named explicitly is skipped too when `exclude` matches it (ruff's
+    `--force-exclude`): pre-commit names every changed file, and the project's exclusions
+    must hold there as in a whole-tree run."""
     for root in paths:
         if root.is_file():
-            yield root
+            if not _excluded(str(root), exclude):
+                yield root
             continue
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(
