@@ -313,3 +313,33 @@ def test_wrong_bytes_in_the_cache_are_never_archived(
         if r.kind == "dataset"]
     listing = wlock(project, "archive", "--to", url, "--dry-run", "--json", env=env)
     assert json.loads(listing.stdout)["upload"] == [f"{repo.id}/model.safetensors"]
+
+
+def test_flipped_bytes_in_an_s3_object_are_refused_and_taken_from_the_hub(
+    hub: Hub, project: Path, tmp_path: Path, s3: S3Server
+) -> None:
+    """The object store's path hashes the bytes as they arrive: that digest, not the
+    object's name, must decide."""
+    import s3fs
+
+    s3.make_bucket("weights")
+    url = f"s3://weights/{tmp_path.name}"
+    assert wlock(project, "archive", "--to", url, env=s3.env()).code == 0
+    big = next(f for f in model(project).files if f.size == BIG)
+    fs = s3fs.S3FileSystem(endpoint_url=s3.endpoint, key=s3.env()["AWS_ACCESS_KEY_ID"],
+                           secret=s3.env()["AWS_SECRET_ACCESS_KEY"], skip_instance_cache=True)
+    key = f"weights/{tmp_path.name}/blobs/{big.etag}"
+    data = bytearray(fs.cat_file(key))
+    data[BIG // 3] ^= 0x01
+    fs.pipe_file(key, bytes(data))  # same name, same size, one bit different
+    shutil.rmtree(tmp_path / "cache")
+    done = wlock(project, "sync", "--archive", url, "--endpoint", hub.endpoint, "--json",
+                 env=s3.env())
+    assert done.code == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert len(report["refused"]) == 1 and "wrong bytes" in report["refused"][0]
+    assert report["fetched_bytes"] == BIG
+    non_empty = sum(f.size > 0 for r in read_lock(project / "weights.lock").repos
+                    for f in r.files)
+    assert report["restored"][f"archive {url}"]["files"] == non_empty - 1  # all but that one
+    assert wlock(project, "check").code == 0
