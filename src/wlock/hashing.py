@@ -24,24 +24,28 @@ GROUP_FILES = 256
 GROUP_BYTES = 4 * 1024 * 1024
 
 
+def new_digest(kind: str, size: int) -> Any:
+    """A running hash of the lock's `kind` for `size` bytes fed to it in pieces: sha256, or
+    git's blob id (its `blob <size>\\0` header first)."""
+    if kind == "sha256":
+        return hashlib.sha256()
+    return hashlib.sha1(b"blob %d\x00" % size, usedforsecurity=False)
+
+
 def hash_file(path: str | Path, kind: str) -> str:
     """Hex digest of `path`: kind "sha256" (LFS content) or "git-sha1" (git blob id)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         actual = os.fstat(fd).st_size
-        digest: Any = hashlib.sha256() if kind == "sha256" else hashlib.sha1(
-            usedforsecurity=False)
         if actual < MMAP_FROM:
             # One read for a small file (read on to the end in case it grew meanwhile).
             data = os.read(fd, actual + 1)
             while more := os.read(fd, CHUNK):
                 data += more
-            if kind != "sha256":
-                digest.update(b"blob %d\x00" % len(data))
+            digest = new_digest(kind, len(data))
             digest.update(data)
             return str(digest.hexdigest())
-        if kind != "sha256":
-            digest.update(b"blob %d\x00" % actual)
+        digest = new_digest(kind, actual)
         with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
             view = memoryview(mapped)
             try:

@@ -22,7 +22,6 @@ writer's blob.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -32,7 +31,7 @@ from typing import Any
 
 from wlock.errors import ArchiveError, LocalError, UsageError
 from wlock.fastcopy import clone_or_copy
-from wlock.hashing import hash_file
+from wlock.hashing import hash_file, new_digest
 
 CHUNK = 8 * 1024 * 1024
 PART = 16 * 1024 * 1024  # multipart size for uploads (S3's minimum is 5 MiB)
@@ -238,7 +237,7 @@ class ObjectArchive(Archive):
     def put_blob(self, etag: str, source: Path, hash_kind: str, size: int) -> None:
         import obstore
 
-        digest = _hasher(hash_kind, size)
+        digest = new_digest(hash_kind, size)
 
         def chunks() -> Iterator[bytes]:
             # Hashed as they are sent; wrong bytes raise before the upload completes, and
@@ -264,7 +263,7 @@ class ObjectArchive(Archive):
     def get_blob(self, etag: str, dest: Path, hash_kind: str, size: int) -> str | None:
         import obstore
 
-        digest = _hasher(hash_kind, size)
+        digest = new_digest(hash_kind, size)
         try:
             result = obstore.get(self.store, f"blobs/{etag}")
             written = 0
@@ -319,15 +318,6 @@ class ObjectArchive(Archive):
         detail = _scrub(text.split("<?xml")[0])
         return ArchiveError(f"cannot {what} the archive at {self.url}: {why}"
                             + (f" ({detail})" if detail else ""), hint=hint)
-
-
-def _hasher(hash_kind: str, size: int) -> Any:
-    """A running hash of the lock's kind: sha256, or git's blob id (header first)."""
-    if hash_kind == "sha256":
-        return hashlib.sha256()
-    digest = hashlib.sha1(usedforsecurity=False)
-    digest.update(b"blob %d\x00" % size)
-    return digest
 
 
 def _profile_credentials() -> Any:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import queue
@@ -38,7 +37,7 @@ from wlock.errors import (
     RevisionNotFoundError,
     redact,
 )
-from wlock.hashing import hash_file
+from wlock.hashing import hash_file, new_digest
 from wlock.hubstatus import hub_error, is_transient, retry_delay
 from wlock.models import RepoKind
 
@@ -284,9 +283,7 @@ class Transfer:
                     if url == resolve_url and target is not None:
                         self._learn(job, target)
                     if target is None:
-                        digest = hashlib.sha256() if job.hash_kind == "sha256" else hashlib.sha1(
-                            b"blob %d\x00" % job.size, usedforsecurity=False
-                        )
+                        digest = new_digest(job.hash_kind, job.size)
                         with open(job.temp, "wb") as out:
                             for chunk in response.iter_raw(1024 * 1024):
                                 self._check_aborted()
