@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 
 from wlock.cache.layout import RepoPaths
 from wlock.errors import CheckFailedError, LocalError
@@ -136,7 +137,7 @@ def _unchanged(blob: Path, target: Path, f: LockedFile, verify: bool) -> bool:
         st = os.lstat(target)
     except FileNotFoundError:
         return False
-    if not os.path.isfile(target) or os.path.islink(target) or st.st_size != f.size:
+    if not S_ISREG(st.st_mode) or st.st_size != f.size:  # lstat: a symlink is not regular
         return False
     b = os.stat(blob)
     if (st.st_dev, st.st_ino) == (b.st_dev, b.st_ino):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wlock.cache.layout import RepoPaths
-from wlock.cache.sync import plan_sync
+from wlock.cache.sync import nearest_existing, plan_sync
 from wlock.models import Lock
 from wlock.units import human_size
 
@@ -51,10 +51,7 @@ class Mount:
 def mount_of(path: Path) -> Mount:
     """The mount holding `path` (or its nearest existing parent): the longest mount point
     that prefixes its real path."""
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    real = os.path.realpath(probe)
+    real = os.path.realpath(nearest_existing(path))
     best = Mount("/", "?", "?")
     try:
         with open("/proc/self/mountinfo", encoding="utf-8") as f:
@@ -102,10 +99,7 @@ class StatusReport:
 
 def cache_status(lock: Lock, cache_dir: Path) -> StatusReport:
     mount = mount_of(cache_dir)
-    probe = cache_dir
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    usage = shutil.disk_usage(probe)
+    usage = shutil.disk_usage(nearest_existing(cache_dir))
     report = StatusReport(cache_dir=str(cache_dir), mount=mount, free_bytes=usage.free,
                           total_bytes=usage.total)
     plan = plan_sync(lock, cache_dir)

@@ -202,11 +202,16 @@ def tidy(plan: SyncPlan) -> int:
     return removed
 
 
+def nearest_existing(path: Path) -> Path:
+    """`path`, or its nearest parent that exists: where a cache not made yet will live."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def free_space(cache_dir: Path) -> tuple[Path, int]:
     """Free bytes on the filesystem that holds (or will hold) the cache."""
-    probe = cache_dir
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
+    probe = nearest_existing(cache_dir)
     return probe, shutil.disk_usage(probe).free
 
 
