@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Hub, default_sigint, run_wlock, write_project
-from tests.seaweed import SECRET, S3Server, Unavailable
+from tests.seaweed import SECRET, S3Server, s3_server
 from wlock.lock.lockfile import read_lock
 from wlock.models import LockedRepo
 
@@ -35,15 +35,8 @@ def dead_endpoint() -> str:
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    server = S3Server(tmp_path_factory.mktemp("seaweed"))
-    try:
-        server.start()
-    except Unavailable as e:
-        pytest.skip(f"no S3 server: {e}")
-    try:
+    with s3_server(tmp_path_factory.mktemp("seaweed")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -225,12 +218,7 @@ def test_s3_stopped_mid_upload_leaves_no_partial_object(
     """The server is killed while the large blob's multipart upload is in flight: no object
     appears under its name (absent, or whole and right), and once the server is back, the
     next archive completes and restores."""
-    server = S3Server(tmp_path / "seaweed-kill")
-    try:
-        server.start()
-    except Unavailable as e:
-        pytest.skip(f"no S3 server: {e}")
-    try:
+    with s3_server(tmp_path / "seaweed-kill") as server:
         server.make_bucket("weights")
         url = "s3://weights/killed"
         big = next(f for f in model(project).files if f.size == BIG)
@@ -266,8 +254,6 @@ def test_s3_stopped_mid_upload_leaves_no_partial_object(
         done = wlock(project, "archive", "--to", url, env=server.env())
         assert done.code == 0, done.stderr
         restore_offline(project, url, env=server.env())
-    finally:
-        server.stop()
 
 
 def _received_bytes(server: S3Server) -> int:

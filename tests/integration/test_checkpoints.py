@@ -13,10 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import default_sigint, run_wlock
-from tests.seaweed import S3Server, Unavailable
+from tests.seaweed import s3_server
 
 OLD = time.time() - 3600  # written an hour ago: settled
 
@@ -163,12 +161,7 @@ def test_lightning_names_and_our_metrics_file(tmp_path: Path) -> None:
 def test_archive_server_stopped_mid_way_deletes_nothing(tmp_path: Path) -> None:
     run = trainer_run(tmp_path / "run", {100: 0.9, 200: 0.4, 300: 0.5, 400: 0.6}, best=200,
                       size=12 * 1024 * 1024)
-    server = S3Server(tmp_path / "seaweed")
-    try:
-        server.start()
-    except Unavailable as e:
-        pytest.skip(f"no S3 server: {e}")
-    try:
+    with s3_server(tmp_path / "seaweed") as server:
         server.make_bucket("ckpt")
         proc = subprocess.Popen(
             [sys.executable, "-m", "wlock", "checkpoints", "keep", str(run), "--archive",
@@ -188,5 +181,3 @@ def test_archive_server_stopped_mid_way_deletes_nothing(tmp_path: Path) -> None:
         server.start()  # back: the next keep completes
         done = keep(run, "--archive", "s3://ckpt/runs", env=server.env())
         assert done["deleted"] == ["checkpoint-100", "checkpoint-300"]
-    finally:
-        server.stop()
