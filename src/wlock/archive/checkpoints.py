@@ -228,16 +228,17 @@ def _manifest_name(run_name: str, checkpoint: Checkpoint) -> str:
 
 
 def archive_checkpoint(archive: Archive, run_name: str, checkpoint: Checkpoint, reason: str,
-                       plan: RetentionPlan) -> dict[str, Any]:
-    """Upload a checkpoint's files as blobs (verified on the way in), then its manifest;
-    returns the manifest."""
-    there = archive.listing("blobs")
+                       plan: RetentionPlan, there: dict[str, int]) -> dict[str, Any]:
+    """Upload a checkpoint's files as blobs (verified on the way in) unless `there` (the
+    archive's listing, kept up to date here) has them, then its manifest; returns the
+    manifest."""
     files = []
     for rel, path in checkpoint.files():
         size = path.stat().st_size
         digest = hash_file(path, "sha256")
         if there.get(digest) != size:
             archive.put_blob(digest, path, "sha256", size)
+            there[digest] = size
         files.append({"path": rel, "size": size, "sha256": digest})
     manifest = {
         "schema": 1, "run": run_name, "checkpoint": checkpoint.name, "step": checkpoint.step,

@@ -84,11 +84,12 @@ def keep(run: Path, metric: str | None, mode: str | None, settle: float, name: s
             from wlock.archive.store import open_archive
 
             store = open_archive(url)
+            there = store.listing("blobs")  # once for both: shared files upload once
             for c in plan.keep:
                 reason = "+".join(r for r, k in (("best", plan.best), ("final", plan.final))
                                   if k is c)
                 manifests.append(archive_checkpoint(store, _run_name(run, name), c, reason,
-                                                    plan))
+                                                    plan, there))
             # Only once both copies are verified in the archive is anything deleted.
             verify_archived(store, manifests)
         deleted = delete_checkpoints(plan)
