@@ -284,7 +284,7 @@ class SyncPlan:
 @dataclass(frozen=True, slots=True)
 class SyncResult:
     plan: SyncPlan
-    fetched_files: int
+    fetched_files: int  # blobs the Hub served (not a source, another writer, an empty file)
     fetched_bytes: int  # from the Hub
     linked: int
     seconds: float

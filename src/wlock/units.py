@@ -10,3 +10,8 @@ def human_size(size: int) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
     raise AssertionError("unreachable")
+
+
+def count(n: int, word: str, plural: str | None = None) -> str:
+    """`count(1, "repo")` is "1 repo", `count(2, "repo")` "2 repos" (thousands separated)."""
+    return f"{n:,} {word if n == 1 else plural or word + 's'}"

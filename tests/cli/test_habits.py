@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, run_wlock, write_project
+from tests.conftest import Hub, default_sigint, run_wlock, write_project
 from wlock.cli.progress import BIG_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,4 +70,119 @@ def test_no_progress_silences_progress(hub: Hub, tmp_path: Path) -> None:
                       str(tmp_path / "b"), cwd=project, env=env)
     assert loud.code == quiet.code == 0
     assert "big.bin (" in loud.stderr and "big.bin" not in quiet.stderr
-    assert "Synced 1 repos" in quiet.stderr  # the summary stays
+    assert "Synced 1 repo (1 file)" in quiet.stderr  # the summary stays
+
+
+def run_in_terminal(args: list[str], cwd: Path, env: dict[str, str], *, columns: int = 120,
+                    rows: int = 40, timeout: float = 120) -> tuple[int, list[list[str]]]:
+    """`wlock ARGS` on a real pseudo-terminal, its output rendered by a terminal emulator
+    (pyte) as a user would see it: returns the exit code and every screen it showed."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+
+    import pyte
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    screen = pyte.Screen(columns, rows)
+    stream = pyte.ByteStream(screen)
+    child_env = {k: v for k, v in os.environ.items()
+                 if k not in ("CI", "NO_COLOR", "HF_HUB_DISABLE_PROGRESS_BARS")}
+    proc = subprocess.Popen([sys.executable, "-m", "wlock", *args], cwd=cwd,
+                            env={**child_env, "TERM": "xterm-256color", **env},
+                            stdin=slave, stdout=slave, stderr=slave, close_fds=True,
+                            preexec_fn=default_sigint)
+    os.close(slave)
+    screens: list[list[str]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            stream.feed(data)
+            screens.append(list(screen.display))
+        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    return code, screens
+
+
+def test_progress_on_a_terminal_shows_only_transfers_in_flight(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Five large files, --jobs 2: the terminal shows the total and at most two file bars at
+    any moment (queued files get none), each file's bar once it starts, and then a summary
+    that counts each file once."""
+    from wlock.cache.transfer import LARGE_FILE
+
+    repo_id = hub.unique_id("bars")
+    files = {f"shard-{i}.bin": os.urandom(LARGE_FILE + 1_000_000) for i in range(5)}
+    hub.builder.commit("model", repo_id, files)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    # Every range request waits: each file is in flight long enough to be drawn many times.
+    hub.process.faults({"action": "delay", "match": "/objects/", "delay_ms": 700})
+    code, screens = run_in_terminal(
+        ["sync", "--jobs", "2", "--endpoint", hub.endpoint, "--cache-dir",
+         str(tmp_path / "cache")], project, {})
+    assert code == 0, "\n".join(screens[-1] if screens else [])
+    bars = [[line for line in screen if "shard-" in line and "MB" in line] for screen in screens]
+    drawn = {name for screen in bars for line in screen for name in files if name in line}
+    assert drawn == set(files), f"each file gets a bar while it transfers: {drawn}"
+    busiest = max(bars, key=len)
+    assert len(busiest) <= 2, "bars for files not in flight:\n" + "\n".join(busiest)
+    assert any("Syncing" in line for screen in screens for line in screen)
+    summary = [line for line in screens[-1] if line.startswith("Synced")]
+    assert summary and summary[0].startswith("Synced 1 repo (5 files) in "), screens[-1]
+
+
+def test_quiet_and_verbose(hub: Hub, tmp_path: Path) -> None:
+    """-q: warnings and errors only; -qq: errors only; -v: a line per file; data asked for
+    (--json) is printed whatever the level."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    assert run_wlock("-q", "lock", "--endpoint", hub.endpoint, cwd=project).stderr == ""
+    sync = ["sync", "--endpoint", hub.endpoint, "--cache-dir"]
+    loud = run_wlock(*sync, str(tmp_path / "a"), cwd=project)
+    assert loud.code == 0 and loud.stderr.startswith("Synced 1 repo (")
+    assert "config.json" not in loud.stderr  # small files: no line of their own
+    quiet = run_wlock("-q", *sync, str(tmp_path / "b"), cwd=project)
+    assert quiet.code == 0 and quiet.stderr == ""
+    verbose = run_wlock("-v", *sync, str(tmp_path / "c"), cwd=project)
+    assert verbose.code == 0 and "  acme/tiny-bert/config.json (" in verbose.stderr
+    as_json = run_wlock("-qq", *sync, str(tmp_path / "d"), "--json", cwd=project)
+    assert as_json.stderr == "" and json.loads(as_json.stdout)["ok"] is True
+
+    # A stale lock: the warning shows with -q, not with -qq; an error shows with both.
+    (project / "weights.toml").write_text('[[model]]\nid = "acme/tiny-bert"\n'
+                                          'include = ["*.json"]\n', encoding="utf-8")
+    warned = run_wlock("-q", *sync, str(tmp_path / "a"), cwd=project)
+    assert warned.code == 0 and warned.stderr.startswith("warning: weights.lock is out of date")
+    assert run_wlock("-qq", *sync, str(tmp_path / "a"), cwd=project).stderr == ""
+    failed = run_wlock("-qq", *sync, str(tmp_path / "a"), "--locked", cwd=project)
+    assert failed.code == 3 and failed.stderr.startswith("error: ")
+
+
+def test_debug_logging_never_shows_the_token(hub: Hub, tmp_path: Path) -> None:
+    """-vv turns on huggingface_hub's debug logging (each request, with HF_DEBUG a curl
+    line): the token is redacted there too."""
+    secret = "hf_" + "q" * 34
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    done = run_wlock("-vv", "lock", "--endpoint", hub.endpoint, "--token", secret,
+                     cwd=project, env={"HF_DEBUG": "1"})
+    assert done.code == 0, done.stderr
+    assert "authenticated: True" in done.stderr  # the Hub client's own request log
+    assert secret not in done.stderr + done.stdout

@@ -51,14 +51,14 @@ def test_moved_branch_keeps_the_pin_until_upgraded(hub: Hub, tmp_path: Path) -> 
     assert kept.code == 0 and read_lock(project / "weights.lock").repos[0].revision == old
     check = run_wlock("lock", "--check", "--endpoint", DEAD_ENDPOINT, cwd=project)
     assert check.code == 0, check.stderr
-    assert check.stderr == "weights.lock is up to date (1 repos, 2 files, 1.0 kB).\n"
+    assert check.stderr == "weights.lock is up to date (1 repo, 2 files, 1.0 kB).\n"
 
     before = (project / "weights.lock").read_bytes()
     dry = run_wlock("lock", "--upgrade-package", repo_id, "--dry-run", "--endpoint",
                     hub.endpoint, cwd=project)
     assert dry.code == 0
     assert dry.stdout == f"{repo_id}  main  {old[:7]} -> {new[:7]}\n"
-    assert dry.stderr == "Would write weights.lock: 1 change(s). (--dry-run: nothing written)\n"
+    assert dry.stderr == "Would write weights.lock: 1 change. (--dry-run: nothing written)\n"
     assert (project / "weights.lock").read_bytes() == before
 
     moved = run_wlock("lock", "--upgrade-package", repo_id, "--endpoint", hub.endpoint,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -134,7 +135,7 @@ def test_archive_from_weights_toml_and_env(hub: Hub, project: Path, tmp_path: Pa
     shutil.rmtree(tmp_path / "cache")
     done = wlock(project, "sync", "--offline")
     assert done.code == 0, done.stderr
-    assert "restored from archive" in done.stderr
+    assert re.search(r"\d+ files \([\d.]+ MB\) from archive ", done.stderr), done.stderr
 
     env_archive = tmp_path / "other-nas"
     assert wlock(project, "archive", env={"WLOCK_ARCHIVE": str(env_archive)}).code == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,9 +67,8 @@ def test_fresh_sync_is_what_huggingface_hub_reads_offline(hub: Hub, tmp_path: Pa
     cache = tmp_path / "cache"
     result = sync(hub, project, cache)
     assert result.code == 0, result.stderr
-    assert result.stderr == "Synced 2 repos, 11 files, 394.6 kB in " + \
-        result.stderr.split(" in ")[1]
-    assert result.stderr.endswith("s; 0 files already present.\n")
+    assert re.fullmatch(r"Synced 2 repos \(11 files\) in \d+\.\ds: 10 files \(394\.6 kB\) "
+                        r"from the Hub; 1 empty file written; 0 already in place\.\n", result.stderr), result.stderr
 
     bert, squad = read_lock(project / "weights.lock").repos
     for f in bert.files:
@@ -114,8 +114,29 @@ def test_second_sync_makes_no_request(hub: Hub, tmp_path: Path) -> None:
     hub.process.reset_stats()
     again = sync(hub, project, cache)
     assert again.code == 0
-    assert again.stderr == f"Already in sync: 1 repos, 9 files in {cache}.\n"
+    assert again.stderr == f"Already in sync: 1 repo, 9 files in {cache}.\n"
     assert hub.process.stats()["requests"] == {"hub": 0, "cdn": 0}
+
+
+def test_a_resumed_sync_counts_what_was_already_downloaded(hub: Hub, tmp_path: Path) -> None:
+    """What an interrupted sync leaves (blobs in, the snapshot not yet linked, one blob
+    missing): the next sync fetches only the missing one and says the rest were already
+    downloaded, not "0 files already present"."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    assert sync(hub, project, cache).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    folder = cache / "models--acme--tiny-bert"
+    shutil.rmtree(folder / "snapshots")
+    config = next(f for f in repo.files if f.path == "config.json")
+    (folder / "blobs" / config.etag).unlink()
+    resumed = sync(hub, project, cache)
+    assert resumed.code == 0, resumed.stderr
+    assert re.fullmatch(rf"Synced 1 repo \(9 files\) in \d+\.\ds: 1 file \({config.size} B\) "
+                        r"from the Hub; 8 already downloaded, now linked; 0 already in place\.\n",
+                        resumed.stderr), resumed.stderr
+    assert check(project, cache).code == 0
 
 
 def test_upgrade_downloads_only_changed_files_and_relinks_the_rest(hub: Hub, tmp_path: Path) -> None:
@@ -549,5 +570,5 @@ def test_progress_obeys_hf_hub_disable_progress_bars(
     hidden = sync(hub, project, tmp_path / "hidden", env={"HF_HUB_DISABLE_PROGRESS_BARS": "1"})
     assert shown.code == hidden.code == 0
     assert "model-00001-of-00002.safetensors (" in shown.stderr  # a line per large file
-    assert hidden.stderr.startswith("Synced 1 repos, 4 files")
+    assert hidden.stderr.startswith("Synced 1 repo (4 files)")
     assert "safetensors" not in hidden.stderr

@@ -273,7 +273,7 @@ def execute_plan(
     failures: list[WlockError] = []
     failed_blobs: set[tuple[str, str, str]] = set()
     downloads = [(r.repo, f) for r in work for f in r.downloads]
-    fetched_bytes = 0
+    fetched_bytes = hub_files = 0
     restored: dict[str, list[int]] = {}
     refused: list[str] = []
     # Links only to blobs that are in, the ref last: a snapshot never points at a missing
@@ -297,7 +297,7 @@ def execute_plan(
             # appears meanwhile was published by another writer and is kept.
             wrong_blobs: set[tuple[str, str, str]] = {
                 (*r.repo.key, f.etag) for r in work for f in r.corrupt}
-            fetched_bytes, failures, failed_blobs = _download_all(
+            fetched_bytes, hub_files, failures, failed_blobs = _download_all(
                 downloads, cache_dir, endpoint, token, jobs, connections, timeout, wrong_blobs,
                 builds, _Sources(sources, offline, restored, refused),
                 on_start, on_bytes, on_done,
@@ -322,7 +322,6 @@ def execute_plan(
         if len(failures) == 1:
             raise failures[0]
         raise SyncFailed(failures)
-    hub_files = len(downloads) - sum(n for n, _ in restored.values())
     return SyncResult(plan=plan, fetched_files=hub_files,
                       fetched_bytes=fetched_bytes - sum(b for _, b in restored.values()),
                       linked=linked, seconds=time.monotonic() - started,
@@ -407,7 +406,9 @@ def _download_all(
     on_start: Callable[[str, int], None] | None,
     on_bytes: Callable[[str, int], None] | None,
     on_done: Callable[[str, int], None] | None,
-) -> tuple[int, list[WlockError], set[tuple[str, str, str]]]:
+) -> tuple[int, int, list[WlockError], set[tuple[str, str, str]]]:
+    """Fetch every blob; returns the bytes fetched (from any source), the files the Hub
+    served, the failures and the blobs that failed."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     from wlock.cache.transfer import LARGE_FILE, FetchJob, IntegrityError, Transfer
@@ -415,6 +416,8 @@ def _download_all(
     failures: list[WlockError] = []
     failed: set[tuple[str, str, str]] = set()
     fetched = 0
+    from_hub = [0]  # files the Hub served (not another writer, a source, or an empty file)
+    counting = threading.Lock()
 
     def report(job: FetchJob, n: int) -> None:
         if on_bytes:
@@ -481,6 +484,8 @@ def _download_all(
                             "the Hub or a proxy is serving other bytes than the lock names.",
                         ) from None
             publish_blob(job.temp, paths.blob(f.etag), replace=wrong)
+            with counting:
+                from_hub[0] += 1
         return f.size
 
     with Transfer(endpoint, token, jobs=jobs, connections=connections, timeout=timeout,
@@ -513,7 +518,7 @@ def _download_all(
                 pool.shutdown(wait=False, cancel_futures=True)
             transfer.abort()
             raise
-    return fetched, failures, failed
+    return fetched, from_hub[0], failures, failed
 
 
 def _local(e: OSError, cache_dir: Path) -> LocalError:

@@ -14,6 +14,7 @@ import sys
 import click
 
 from wlock import __version__
+from wlock.cli import output
 from wlock.cli.archive_cmd import archive
 from wlock.cli.check_cmd import check
 from wlock.cli.checkpoints_cmd import checkpoints
@@ -49,13 +50,19 @@ Exit codes: 0 ok, 1 check failed, 2 usage, 3 lock out of date, 4 invalid file,
 5 Hub error, 6 local problem (space, permissions).""",
 )
 @click.version_option(__version__, "-V", "--version", prog_name="wlock")
+@click.option("-q", "--quiet", count=True,
+              help="Say less: -q only warnings and errors, -qq only errors. Data asked for "
+              "(--json, `wlock revision`) still goes to stdout.")
+@click.option("-v", "--verbose", count=True,
+              help="Say more: -v a line per file and huggingface_hub's info logs, -vv its "
+              "debug logs (requests, the token redacted).")
 @click.option("--debug", is_flag=True, help="Show tracebacks for expected errors too.")
 @click.option("--no-progress", is_flag=True,
               help="No progress bars or lines (as HF_HUB_DISABLE_PROGRESS_BARS=1).")
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto",
               show_default=True, help="Colour errors and warnings (auto: on a terminal, "
               "unless NO_COLOR is set).")
-def cli(debug: bool, no_progress: bool, color: str) -> None:
+def cli(quiet: int, verbose: int, debug: bool, no_progress: bool, color: str) -> None:
     """wlock: lock Hugging Face model weights to exact commits and bytes."""
     if debug:
         os.environ["WLOCK_DEBUG"] = "1"
@@ -63,7 +70,8 @@ def cli(debug: bool, no_progress: bool, color: str) -> None:
         from wlock.cli import progress
 
         progress.DISABLED = True
-    _COLOR["mode"] = color
+    output.LEVEL.color = color
+    output.set_verbosity(quiet, verbose)
 
 
 for command in (init, add, remove, lock, sync, check, list_, revision, path, status, archive,
@@ -98,10 +106,7 @@ def main(argv: list[str] | None = None) -> None:
             import traceback
 
             traceback.print_exc()
-        on = _color_on()
-        click.echo(f"{_paint('error:', 'red', on)} {redact(e.message)}", err=True, color=on)
-        if e.hint:
-            click.echo(f"{_paint('hint:', 'cyan', on)} {redact(e.hint)}", err=True, color=on)
+        output.error(redact(e.message), redact(e.hint) if e.hint else None)
         if as_json:
             emit_error(_command(args), e.label, int(e.exit_code), redact(e.message),
                        redact(e.hint) if e.hint else None)
@@ -112,24 +117,16 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(0)
 
 
-_COLOR = {"mode": "auto"}
-
-
-def _color_on() -> bool:
-    """Colour where asked (--color always), or on a terminal without NO_COLOR."""
-    mode = _COLOR["mode"]
-    return mode == "always" or (mode == "auto" and not os.environ.get("NO_COLOR")
-                                and sys.stderr.isatty())
-
-
-def _paint(word: str, fg: str, on: bool) -> str:
-    return click.style(word, fg=fg, bold=True) if on else word
-
-
 def _command(args: list[str]) -> str:
-    """The command a command line runs ("sync", "checkpoints keep"), for its error document."""
-    words = [a for a in (args[: args.index("--")] if "--" in args else args)
-             if not a.startswith("-")]
-    if words and isinstance(cli.commands.get(words[0]), click.Group):
-        return " ".join(words[:2])
-    return words[0] if words else ""
+    """The command a command line runs ("sync", "checkpoints keep"), for its error document:
+    the first word that names one (an option's value, as in `--color never`, does not)."""
+    words = args[: args.index("--")] if "--" in args else args
+    for i, word in enumerate(words):
+        command = cli.commands.get(word)
+        if command is None:
+            continue
+        if isinstance(command, click.Group):
+            sub = next((w for w in words[i + 1:] if w in command.commands), None)
+            return f"{word} {sub}" if sub else word
+        return word
+    return ""

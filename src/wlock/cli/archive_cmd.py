@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from wlock.cli.options import Settings, archive_url, common_options, lock_option
-from wlock.cli.output import emit
+from wlock.cli.output import emit, error, info
 from wlock.errors import CheckFailedError, ExitCode, UsageError
 from wlock.units import human_size
 
@@ -78,10 +78,9 @@ def archive(to: str | None, jobs: int, dry_run: bool, settings: Settings) -> Non
     if settings.json:
         emit(_document(store.url, todo, present, result))
     else:
-        click.echo(f"Archived to {result.url}: uploaded {result.uploaded_files} blobs "
-                   f"({human_size(result.uploaded_bytes)}), {result.present_files} already "
-                   f"there; {len(result.complete)} of {len(lock.repos)} revisions complete.",
-                   err=True)
+        info(f"Archived to {result.url}: uploaded {result.uploaded_files} blobs "
+             f"({human_size(result.uploaded_bytes)}), {result.present_files} already "
+             f"there; {len(result.complete)} of {len(lock.repos)} revisions complete.")
     problems: list[CheckFailedError] = []
     if result.wrong:
         problems.append(CheckFailedError(
@@ -99,7 +98,7 @@ def archive(to: str | None, jobs: int, dry_run: bool, settings: Settings) -> Non
     if problems and settings.json:
         # The report above is the one JSON document; the words go to stderr.
         for problem in problems:
-            click.echo(f"error: {problem.message}\nhint: {problem.hint}", err=True)
+            error(problem.message, problem.hint)
         raise SystemExit(ExitCode.CHECK_FAILED)
     if problems:
         raise problems[0] if len(problems) == 1 else CheckFailedError(

@@ -7,9 +7,9 @@ from dataclasses import asdict
 import click
 
 from wlock.cli.options import Settings, common_options, lock_option
-from wlock.cli.output import emit
+from wlock.cli.output import emit, info, warn
 from wlock.errors import ExitCode
-from wlock.units import human_size
+from wlock.units import count, human_size
 
 
 @click.command()
@@ -56,16 +56,15 @@ def check(jobs: int | None, settings: Settings) -> None:
             click.echo(problem.render())
         for note in report.notes:
             found = note.actual[:7] if len(note.actual) == 40 else note.actual
-            click.echo(f"note: {note.repo_id}: the shared {note.path} points at {found}, "
-                       f"not this lock's {note.expected[:7]} (another project's sync?); "
-                       "`wlock run` loads this lock's commit regardless.", err=True)
-        summary = (f"{report.repos} repos, {report.files} files, "
+            warn(f"{note.repo_id}: the shared {note.path} points at {found}, "
+                 f"not this lock's {note.expected[:7]} (another project's sync?); "
+                 "`wlock run` loads this lock's commit regardless.", label="note")
+        summary = (f"{count(report.repos, 'repo')}, {count(report.files, 'file')}, "
                    f"{human_size(report.bytes_hashed)} hashed in {report.seconds:.2f}s")
         if report.ok:
-            click.echo(f"OK: the cache at {report.cache_dir} matches weights.lock ({summary}).",
-                       err=True)
+            info(f"OK: the cache at {report.cache_dir} matches weights.lock ({summary}).")
         else:
-            click.echo(f"{len(report.problems)} problem(s) in {report.cache_dir} ({summary}). "
-                       "Run `wlock sync --verify` to repair.", err=True)
+            info(f"{count(len(report.problems), 'problem')} in {report.cache_dir} ({summary}). "
+                 "Run `wlock sync --verify` to repair.")
     if not report.ok:
         raise SystemExit(ExitCode.CHECK_FAILED)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from wlock.cli.options import Settings, archive_option, archive_url, common_options
-from wlock.cli.output import emit
+from wlock.cli.output import emit, info, warn
 from wlock.errors import UsageError
 from wlock.units import human_size
 
@@ -113,12 +113,12 @@ def keep(run: Path, metric: str | None, mode: str | None, settle: float, name: s
     for c in plan.delete:
         click.echo(f"  {verb} {c.name} ({human_size(c.size)})")
     if plan.alive:
-        click.echo(f"note: process {', '.join(map(str, plan.alive))} has files open in {run}: "
-                   "the run is alive; keep would delete nothing now.", err=True)
+        warn(f"process {', '.join(map(str, plan.alive))} has files open in {run}: "
+             "the run is alive; keep would delete nothing now.", label="note")
     if manifests:
-        click.echo(f"Archived {len(manifests)} checkpoints to {url}, verified.", err=True)
-    click.echo(f"{'Would free' if dry_run else 'Freed'} {human_size(plan.bytes_freed)} "
-               f"({len(plan.delete)} checkpoints).", err=True)
+        info(f"Archived {len(manifests)} checkpoints to {url}, verified.")
+    info(f"{'Would free' if dry_run else 'Freed'} {human_size(plan.bytes_freed)} "
+         f"({len(plan.delete)} checkpoints).")
 
 
 @checkpoints.command()
@@ -143,5 +143,4 @@ def restore(run: Path, checkpoint: str, name: str | None, archive_flag: str | No
     if settings.json:
         emit({"run": str(run), "checkpoint": checkpoint, "bytes": total})
     else:
-        click.echo(f"Restored {checkpoint} into {run} ({human_size(total)}), verified.",
-                   err=True)
+        info(f"Restored {checkpoint} into {run} ({human_size(total)}), verified.")

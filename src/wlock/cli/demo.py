@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from wlock.cli.output import info
+
 
 def run_demo() -> None:
     from wlock.cli import main as wlock_main
@@ -19,9 +21,9 @@ def run_demo() -> None:
         root = Path(tmp)
         project, store = root / "project", root / "hub-store"
         project.mkdir()
-        click.echo(f"Starting the example Hub (store: {store}) ...", err=True)
+        info(f"Starting the example Hub (store: {store}) ...")
         with HubProcess(store, fixtures=True) as hub:
-            click.echo(f"Example Hub at {hub.endpoint} (CDN at {hub.cdn}).", err=True)
+            info(f"Example Hub at {hub.endpoint} (CDN at {hub.cdn}).")
             shutil.copyfile(example_manifest(), project / "weights.toml")
             os.environ["HF_HOME"] = str(root / "hf-home")
             steps = [
@@ -32,11 +34,11 @@ def run_demo() -> None:
                 ["check", "--project", str(project)],
             ]
             for step in steps:
-                click.echo(f"\n$ wlock {' '.join(step)}", err=True)
+                info(f"\n$ wlock {' '.join(step)}")
                 try:
                     wlock_main(step)
                 except SystemExit as e:
                     if e.code:
                         raise
-            click.echo(f"\n$ cat {project / 'weights.lock'}", err=True)
+            info(f"\n$ cat {project / 'weights.lock'}")
             click.echo((project / "weights.lock").read_text(encoding="utf-8"))

@@ -8,7 +8,7 @@ import click
 
 from wlock.cli.completion_cmd import locked_ids
 from wlock.cli.options import Settings, common_options, lock_option
-from wlock.cli.output import emit
+from wlock.cli.output import emit, info, warn
 from wlock.units import human_size
 
 
@@ -63,13 +63,13 @@ def export(repo_id: str, dest: Path, dataset: bool, copy: bool, delete: bool, ve
         })
         return
     hows = ", ".join(f"{n} by {how}" for how, n in sorted(result.how.items()))
-    click.echo(f"Exported {repo.kind} {repo.id}@{repo.revision[:7]} to {dest}: "
-               f"{result.written} files written ({human_size(result.written_bytes)}"
-               + (f"; {hows}" if hows else "") + f"), {result.unchanged} unchanged.", err=True)
+    info(f"Exported {repo.kind} {repo.id}@{repo.revision[:7]} to {dest}: "
+         f"{result.written} files written ({human_size(result.written_bytes)}"
+         + (f"; {hows}" if hows else "") + f"), {result.unchanged} unchanged.")
     if result.deleted:
-        click.echo(f"Deleted {len(result.deleted)} files the lock does not name.", err=True)
+        info(f"Deleted {len(result.deleted)} files the lock does not name.")
     elif result.extra:
         shown = ", ".join(result.extra[:5]) + (
             f" and {len(result.extra) - 5} more" if len(result.extra) > 5 else "")
-        click.echo(f"note: {len(result.extra)} files in {dest} are not in the lock and were "
-                   f"left alone ({shown}); --delete removes them.", err=True)
+        warn(f"{len(result.extra)} files in {dest} are not in the lock and were "
+             f"left alone ({shown}); --delete removes them.", label="note")

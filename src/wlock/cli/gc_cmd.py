@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from wlock.cli.options import Settings, common_options, lock_option
-from wlock.cli.output import emit
+from wlock.cli.output import emit, info, warn
 from wlock.errors import UsageError
 from wlock.units import human_size
 
@@ -69,7 +69,7 @@ def gc(keep_locks: tuple[Path, ...], keep_newer: float | None, no_project: bool,
     for line in plan.shared:
         click.echo(f"  kept {line}: a kept revision of another repo has the same commit")
     for warning in plan.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    click.echo(f"{'Would free' if dry_run else 'Freed'} {human_size(freed)} in "
-               f"{plan.cache_dir}: {len(plan.remove)} revisions {verb}, {plan.kept} kept "
-               f"(used by {len(paths)} locks).", err=True)
+        warn(warning)
+    info(f"{'Would free' if dry_run else 'Freed'} {human_size(freed)} in "
+         f"{plan.cache_dir}: {len(plan.remove)} revisions {verb}, {plan.kept} kept "
+         f"(used by {len(paths)} locks).")

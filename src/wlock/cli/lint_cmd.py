@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from wlock.cli.output import info, warn
+
 
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
@@ -73,7 +75,7 @@ def lint(paths: tuple[Path, ...], fmt: str, as_json: bool, fix: bool, fail_on_dy
     report = lint_paths(targets, lock, settings, root=root)
     if fix:
         applied, changed = fix_findings(report.findings, root)
-        click.echo(f"Fixed {applied} finding(s) in {changed} file(s).", err=True)
+        info(f"Fixed {applied} finding(s) in {changed} file(s).")
         if applied:
             report = lint_paths(targets, lock, settings, root=root)
     if as_json:
@@ -84,14 +86,13 @@ def lint(paths: tuple[Path, ...], fmt: str, as_json: bool, fix: bool, fail_on_dy
     else:
         click.echo(render(report, fmt), nl=False)
     for error in report.errors:
-        click.echo(f"warning: {error}", err=True)
+        warn(error)
     if fmt == "text" and not as_json:
         errors = sum(f.severity == "error" for f in report.findings)
         warnings = len(report.findings) - errors
         against = "weights.lock" if lock else "no weights.lock (pins not compared)"
-        click.echo(f"{report.files} files, {report.sites} Hub loads checked against {against}: "
-                   f"{errors} error(s), {warnings} warning(s) in {report.seconds:.2f}s.",
-                   err=True)
+        info(f"{report.files} files, {report.sites} Hub loads checked against {against}: "
+             f"{errors} error(s), {warnings} warning(s) in {report.seconds:.2f}s.")
     if report.failed:
         raise SystemExit(ExitCode.CHECK_FAILED)
 

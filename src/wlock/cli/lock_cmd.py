@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from wlock.cli.options import Settings, common_options, offline_option
-from wlock.cli.output import emit
-from wlock.units import human_size
+from wlock.cli.output import emit, info, warn
+from wlock.units import count, human_size
 
 
 @click.command()
@@ -72,10 +72,9 @@ def lock(
     )
     elapsed = time.monotonic() - started
     for note in result.notes:
-        click.echo(f"merge: {note}", err=True)
+        info(f"merge: {note}")
     for old, new in result.renamed:
-        click.echo(f"warning: {old} was renamed to {new} on the Hub; "
-                   f"consider updating weights.toml", err=True)
+        warn(f"{old} was renamed to {new} on the Hub; consider updating weights.toml")
     if settings.json:
         emit({
             "lock": str(project / "weights.lock"),
@@ -92,19 +91,17 @@ def lock(
         return
     for change in result.changes:
         click.echo(change.render())
-    repos = len(result.lock.repos)
-    files = sum(len(r.files) for r in result.lock.repos)
+    repos = count(len(result.lock.repos), "repo")
+    files = count(sum(len(r.files) for r in result.lock.repos), "file")
     size = human_size(sum(r.size for r in result.lock.repos))
     if check:
-        click.echo(f"weights.lock is up to date ({repos} repos, {files} files, {size}).",
-                   err=True)
+        info(f"weights.lock is up to date ({repos}, {files}, {size}).")
     elif dry_run:
-        what = f"{len(result.changes)} change(s)" if result.changes else "no changes"
-        click.echo(f"Would write weights.lock: {what}. (--dry-run: nothing written)", err=True)
+        what = count(len(result.changes), "change") if result.changes else "no changes"
+        info(f"Would write weights.lock: {what}. (--dry-run: nothing written)")
     else:
         verb = "Wrote" if result.written else "Unchanged:"
-        click.echo(f"{verb} weights.lock: {repos} repos, {files} files, {size} "
-                   f"in {elapsed:.2f}s.", err=True)
+        info(f"{verb} weights.lock: {repos}, {files}, {size} in {elapsed:.2f}s.")
 
 
 def _from_record(log: Path, run_id: str | None, output: Path | None, settings: Settings,
@@ -121,12 +118,11 @@ def _from_record(log: Path, run_id: str | None, output: Path | None, settings: S
         target = Path.cwd() / LOCK_NAME
     written = write_lock(target, lock)
     if settings.json:
-        emit({"lock": str(target), "written": written,
-                               "run_id": run["run_id"], "recorded": run.get("time"),
-                               "host": run.get("host"), "lock_digest": run.get("lock_digest"),
-                               "repos": len(lock.repos)})
+        emit({"lock": str(target), "written": written, "run_id": run["run_id"],
+              "recorded": run.get("time"), "host": run.get("host"),
+              "lock_digest": run.get("lock_digest"), "repos": len(lock.repos)})
         return
-    click.echo(f"{'Wrote' if written else 'Unchanged:'} {target}: the lock of run "
-               f"{run['run_id']} ({run.get('time')} on {run.get('host')}), {len(lock.repos)} "
-               f"repos, digest {run.get('lock_digest')} as recorded. `wlock sync --frozen` "
-               "fetches it.", err=True)
+    info(f"{'Wrote' if written else 'Unchanged:'} {target}: the lock of run "
+         f"{run['run_id']} ({run.get('time')} on {run.get('host')}), "
+         f"{count(len(lock.repos), 'repo')}, digest {run.get('lock_digest')} as recorded. "
+         "`wlock sync --frozen` fetches it.")

@@ -8,7 +8,7 @@ import click
 
 from wlock.cli.completion_cmd import locked_ids
 from wlock.cli.options import Settings, common_options, offline_option
-from wlock.cli.output import emit
+from wlock.cli.output import emit, info
 from wlock.models import RepoKind
 
 
@@ -29,7 +29,7 @@ def init(settings: Settings) -> None:
     path = init_manifest(folder)
     if settings.json:
         emit({"manifest": str(path), "written": True})
-    click.echo(f"Wrote {path}. Next: `wlock add ORG/NAME`, then `wlock lock`.", err=True)
+    info(f"Wrote {path}. Next: `wlock add ORG/NAME`, then `wlock lock`.")
 
 
 @click.command()
@@ -90,10 +90,9 @@ def add(
         emit({"manifest": str(path), "kind": kind, "id": repo_id, "ref": ref, "added": new,
               "revision": revision})
     if revision is None:
-        click.echo(f"{verb} {kind} {repo_id} in {path}. Run `wlock lock` to pin it.", err=True)
+        info(f"{verb} {kind} {repo_id} in {path}. Run `wlock lock` to pin it.")
     else:
-        click.echo(f"{verb} {kind} {repo_id} in {path} and locked it at {revision[:7]}.",
-                   err=True)
+        info(f"{verb} {kind} {repo_id} in {path} and locked it at {revision[:7]}.")
 
 
 @click.command()
@@ -115,5 +114,4 @@ def remove(repo_id: str, dataset: bool, settings: Settings) -> None:
     remove_entry(path, kind, repo_id)
     if settings.json:
         emit({"manifest": str(path), "kind": kind, "id": repo_id, "removed": True})
-    click.echo(f"Removed {kind} {repo_id} from {path}. Run `wlock lock` to update the lock.",
-               err=True)
+    info(f"Removed {kind} {repo_id} from {path}. Run `wlock lock` to update the lock.")

@@ -1,4 +1,17 @@
-"""The one JSON contract: with --json, every command prints exactly one JSON document on
+"""What a command says, and how loud.
+
+Words go to stderr, at the level `-q`/`-v` chose (uv's habits):
+
+    -qq   errors only
+    -q    warnings and errors: no summaries, no progress
+          (default) summaries, warnings, errors and progress
+    -v    also a line per file, and huggingface_hub's info logging
+    -vv   also huggingface_hub's debug logging (its requests, the token redacted)
+
+Data a command was asked for (`wlock revision`, `wlock list`, a --json document) goes to
+stdout whatever the level.
+
+The one JSON contract: with --json, every command prints exactly one JSON document on
 stdout, success or failure, and nothing else there (words go to stderr).
 
     {"schema": 1, "ok": true, "command": "sync", ...the command's fields...}
@@ -13,11 +26,73 @@ real run (`dry_run` says which).
 from __future__ import annotations
 
 import json
+import os
+import sys
 from typing import Any
 
 import click
 
 SCHEMA = 1
+
+class _Level:
+    verbosity = 0  # -q -1, -qq -2, -v 1, -vv 2
+    color = "auto"  # --color
+
+
+LEVEL = _Level()  # set once by the `wlock` group's options
+
+
+def set_verbosity(quiet: int, verbose: int) -> None:
+    LEVEL.verbosity = verbose - quiet
+    if verbose:
+        import logging
+
+        from huggingface_hub.utils import logging as hf_logging
+
+        hf_logging.set_verbosity(logging.DEBUG if verbose > 1 else logging.INFO)
+
+
+def verbosity() -> int:
+    return LEVEL.verbosity
+
+
+def info(message: str) -> None:
+    """A summary or a next step: hidden by -q."""
+    if verbosity() >= 0:
+        click.echo(message, err=True)
+
+
+def detail(message: str) -> None:
+    """A line per file and the like: shown only with -v."""
+    if verbosity() >= 1:
+        click.echo(message, err=True)
+
+
+def warn(message: str, *, label: str = "warning") -> None:
+    """Something the user should know (`label`: "warning" or "note"): hidden by -qq."""
+    if verbosity() >= -1:
+        on = color_on()
+        color = "yellow" if label == "warning" else "cyan"
+        click.echo(f"{paint(label + ':', color, on)} {message}", err=True, color=on)
+
+
+def error(message: str, hint: str | None) -> None:
+    """A failure: always shown, whatever -q says."""
+    on = color_on()
+    click.echo(f"{paint('error:', 'red', on)} {message}", err=True, color=on)
+    if hint:
+        click.echo(f"{paint('hint:', 'cyan', on)} {hint}", err=True, color=on)
+
+
+def color_on() -> bool:
+    """Colour where asked (--color always), or on a terminal without NO_COLOR."""
+    mode = LEVEL.color
+    return mode == "always" or (mode == "auto" and not os.environ.get("NO_COLOR")
+                                and sys.stderr.isatty())
+
+
+def paint(word: str, fg: str, on: bool) -> str:
+    return click.style(word, fg=fg, bold=True) if on else word
 
 
 def command_name() -> str:

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import click
 
+from wlock.cli.output import verbosity
 from wlock.units import human_size
 
 BIG_FILE = 1_000_000  # files this large get their own bar or line
@@ -29,13 +30,17 @@ DISABLED = False  # `wlock --no-progress`
 
 
 def make_progress(title: str, total_bytes: int, *, quiet: bool) -> Progress:
-    """Bars on a terminal, sparse lines in a log; nothing with `quiet` (--json) or when
-    HF_HUB_DISABLE_PROGRESS_BARS is set, as huggingface_hub's own bars obey it."""
-    if quiet or DISABLED or _env_true("HF_HUB_DISABLE_PROGRESS_BARS"):
+    """Bars on a terminal, sparse lines in a log; nothing with `quiet` (--json), -q, or
+    HF_HUB_DISABLE_PROGRESS_BARS (huggingface_hub's own bars obey it). With -v, a line per
+    file as it completes, whatever its size."""
+    every = verbosity() >= 1
+    if quiet or verbosity() < 0:
         return _Silent()
+    if DISABLED or _env_true("HF_HUB_DISABLE_PROGRESS_BARS"):
+        return _Lines(title, 0, every=True) if every else _Silent()
     if sys.stderr.isatty() and not os.environ.get("CI"):
-        return _Bars(title, total_bytes)
-    return _Lines(title, total_bytes)
+        return _Bars(title, total_bytes, every=every)
+    return _Lines(title, total_bytes, every=every)
 
 
 def _env_true(name: str) -> bool:
@@ -57,10 +62,11 @@ class _Silent:
 
 
 class _Lines:
-    """For CI logs: a line per big file, and the total every 10 seconds."""
+    """For CI logs: a line per big file (per file with -v), and the total every 10 seconds
+    (never without a total)."""
 
-    def __init__(self, title: str, total: int) -> None:
-        self._title, self._total, self._done = title, total, 0
+    def __init__(self, title: str, total: int, *, every: bool) -> None:
+        self._title, self._total, self._done, self._every = title, total, 0, every
         self._lock = threading.Lock()
         self._last = time.monotonic()
 
@@ -78,7 +84,7 @@ class _Lines:
                            err=True)
 
     def done(self, label: str, size: int) -> None:
-        if size >= BIG_FILE:
+        if size >= BIG_FILE or self._every:
             click.echo(f"  {label} ({human_size(size)})", err=True)
 
     def close(self) -> None:
@@ -86,9 +92,10 @@ class _Lines:
 
 
 class _Bars:
-    """rich bars: the total (bytes, rate, ETA) and one per big file in flight."""
+    """rich bars: the total (bytes, rate, ETA) and one per big file in flight; with -v, a
+    line above them per file as it completes."""
 
-    def __init__(self, title: str, total: int) -> None:
+    def __init__(self, title: str, total: int, *, every: bool) -> None:
         from rich.progress import (
             BarColumn,
             DownloadColumn,
@@ -106,6 +113,7 @@ class _Bars:
         self._total = self._progress.add_task(title, total=total)
         self._tasks: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self._every = every
         self._progress.start()
 
     def start(self, label: str, size: int) -> None:
@@ -124,6 +132,9 @@ class _Bars:
             task = self._tasks.pop(label, None)
         if task is not None:
             self._progress.remove_task(task)
+        if self._every:
+            self._progress.console.print(f"  {label} ({human_size(size)})", markup=False,
+                                         highlight=False)
 
     def close(self) -> None:
         self._progress.stop()

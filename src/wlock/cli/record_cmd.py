@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from wlock.cli.options import Settings, common_options, lock_option
-from wlock.cli.output import emit
+from wlock.cli.output import emit, info
 
 DEFAULT_LOG = "wlock-runs.jsonl"
 
@@ -50,5 +50,5 @@ def record(log: Path | None, settings: Settings) -> None:
         emit({"log": str(target), "run_id": lines[0]["run_id"] if lines
                                else None, "entries": len(lines)})
     else:
-        click.echo(f"Recorded {len(lines)} entries (run {lines[0]['run_id'] if lines else '-'}) "
-                   f"in {target}.", err=True)
+        info(f"Recorded {len(lines)} entries (run {lines[0]['run_id'] if lines else '-'}) "
+             f"in {target}.")

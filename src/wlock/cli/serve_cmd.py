@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from wlock.cli.options import Settings, common_options, lock_option
+from wlock.cli.output import info
 from wlock.errors import UsageError
 
 TOKEN_ENV = "WLOCK_SERVE_TOKEN"  # noqa: S105 - the name of a variable, not a secret
@@ -61,7 +62,7 @@ def serve(extra_locks: tuple[Path, ...], host: str, port: int, require_token: bo
     finally:
         progress.close()
     for reason in store.skipped:
-        click.echo(f"not served: {reason}", err=True)
+        info(f"not served: {reason}")
     try:
         server = HubServer(store, host=host, port=port, emulator=False, token=token)
     except OSError as e:
@@ -69,9 +70,9 @@ def serve(extra_locks: tuple[Path, ...], host: str, port: int, require_token: bo
                          hint="Choose another --port (0 picks a free one).") from e
     files = sum(len(c.files) for r in store.repos.values() for c in r.commits.values())
     click.echo(server.endpoint)
-    click.echo(f"Serving {len(store.repos)} repos ({files} files) from {settings.cache_dir} "
-               f"at {server.endpoint}; on other nodes: HF_ENDPOINT={server.endpoint} "
-               "wlock sync. Ctrl-C stops.", err=True)
+    info(f"Serving {len(store.repos)} repos ({files} files) from {settings.cache_dir} "
+         f"at {server.endpoint}; on other nodes: HF_ENDPOINT={server.endpoint} "
+         "wlock sync. Ctrl-C stops.")
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -7,7 +7,7 @@ from dataclasses import asdict
 import click
 
 from wlock.cli.options import Settings, archive_option, archive_url, common_options, lock_option
-from wlock.cli.output import emit
+from wlock.cli.output import emit, warn
 from wlock.units import human_size
 
 
@@ -82,4 +82,4 @@ def status(archive_flag: str | None, no_archive: bool, settings: Settings) -> No
         click.echo(f"  {r.state:8s} {r.kind} {r.id}@{r.revision[:7]}: {have}{extra}")
         click.echo(f"           {r.path}")
     for warning in report.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        warn(warning)

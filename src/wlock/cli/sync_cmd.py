@@ -15,10 +15,10 @@ from wlock.cli.options import (
     lock_option,
     offline_option,
 )
-from wlock.cli.output import emit
+from wlock.cli.output import emit, info, warn
 from wlock.errors import UsageError
 from wlock.models import SyncPlan, SyncResult
-from wlock.units import human_size
+from wlock.units import count, human_size
 
 if TYPE_CHECKING:
     from wlock.cache.sources import BlobSource
@@ -89,8 +89,8 @@ def sync(
     manifest_path = lock_path.parent / MANIFEST_NAME
     if not frozen and not manifest_path.is_file() and not locked:
         # A deploy image or a CI job that got only the lock: nothing to compare it with.
-        click.echo(f"note: no {MANIFEST_NAME} beside {lock_path}; syncing the lock as it is "
-                   "(--frozen).", err=True)
+        warn(f"no {MANIFEST_NAME} beside {lock_path}; syncing the lock as it is "
+             "(--frozen).", label="note")
         frozen = True
     if not frozen:
         from wlock.lock.manifest import read_manifest
@@ -100,8 +100,8 @@ def sync(
             error = stale_error(manifest, lock_path, lock, "--locked")
             if locked:
                 raise error
-            click.echo(f"warning: {LOCK_NAME} is out of date with weights.toml; syncing the "
-                       "lock as it is. Run `wlock lock` to update it.", err=True)
+            warn(f"{LOCK_NAME} is out of date with weights.toml; syncing the "
+                 "lock as it is. Run `wlock lock` to update it.")
 
     if verify:
         from wlock.cli.progress import make_progress
@@ -124,8 +124,8 @@ def sync(
             emit(_result_json(plan, None, dry_run=False))
         else:
             files = sum(len(r.repo.files) for r in plan.repos)
-            click.echo(f"Already in sync: {len(plan.repos)} repos, {files} files in "
-                       f"{plan.cache_dir}.", err=True)
+            info(f"Already in sync: {count(len(plan.repos), 'repo')}, "
+                 f"{count(files, 'file')} in {plan.cache_dir}.")
         return
     if not settings.offline:
         preflight(plan)
@@ -146,14 +146,29 @@ def sync(
         emit(_result_json(plan, result, dry_run=False))
         return
     for line in result.refused:
-        click.echo(f"warning: {line}", err=True)
-    touched = sum(len(r.fetch) + len(r.corrupt) + len(r.link) for r in plan.repos)
-    click.echo(
-        f"Synced {len(plan.repos)} repos, {touched} files, {human_size(result.fetched_bytes)} "
-        + ("from the Hub " if result.restored else "")
-        + f"in {result.seconds:.1f}s; {plan.files_present} files already present.", err=True)
-    for label, (n, b) in result.restored.items():
-        click.echo(f"  {n} files ({human_size(b)}) restored from {label}", err=True)
+        warn(line)
+    info(_summary(plan, result))
+
+
+def _summary(plan: SyncPlan, result: SyncResult) -> str:
+    """What a sync did, each file counted once: fetched (per source), already downloaded
+    and only linked (as after an interrupted sync), or already in place."""
+    files = sum(len(r.repo.files) for r in plan.repos)
+    linked = sum(len(r.link) for r in plan.repos)
+    parts = []
+    if result.fetched_files or not (result.restored or linked):
+        parts.append(f"{count(result.fetched_files, 'file')} "
+                     f"({human_size(result.fetched_bytes)}) from the Hub")
+    parts += [f"{count(n, 'file')} ({human_size(b)}) from {label}"
+              for label, (n, b) in result.restored.items()]
+    empty = sum(1 for r in plan.repos for f in r.downloads if not f.size)
+    if empty:
+        parts.append(f"{count(empty, 'empty file')} written")
+    if linked:
+        parts.append(f"{linked:,} already downloaded, now linked")
+    parts.append(f"{plan.files_present:,} already in place")
+    return (f"Synced {count(len(plan.repos), 'repo')} ({count(files, 'file')}) in "
+            f"{result.seconds:.1f}s: " + "; ".join(parts) + ".")
 
 
 def _sources(settings: Settings, from_caches: tuple[Path, ...], archive_flag: str | None,
@@ -229,5 +244,8 @@ def _render_plan(plan: SyncPlan, as_json: bool) -> None:
         if r.ref:
             parts.append(f"ref {r.ref}")
         click.echo(f"  {r.repo.kind} {r.repo.id} @ {r.repo.revision[:7]}: {', '.join(parts)}")
-    click.echo(f"Would fetch {plan.files_to_fetch} files, {human_size(plan.bytes_to_fetch)}; "
-               f"{plan.files_present} files already present.")
+    linked = sum(len(r.link) for r in plan.repos)
+    click.echo(f"Would fetch {count(plan.files_to_fetch, 'file')}, "
+               f"{human_size(plan.bytes_to_fetch)}; "
+               + (f"{linked:,} already downloaded, to link; " if linked else "")
+               + f"{plan.files_present:,} already in place.")
