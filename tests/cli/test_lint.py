@@ -116,12 +116,12 @@ def test_text_output_says_what_to_write(corpus: Path) -> None:
         '"someone/else", which is not in weights.lock; run `wlock add someone/else` and '
         '`wlock lock`'
     ) in lines
-    assert result.stderr.endswith("22 error(s), 3 warning(s) in " + result.stderr.rsplit(" in ", 1)[1])
+    assert result.stderr.endswith("22 errors, 3 warnings in " + result.stderr.rsplit(" in ", 1)[1])
 
 
 def test_fix_then_lint_leaves_nothing_fixable_and_code_that_parses(corpus: Path) -> None:
     fixed = run_wlock("lint", "--fix", "--format", "json", cwd=corpus)
-    assert fixed.stderr.startswith("Fixed 41 finding(s) in 3 file(s).")
+    assert fixed.stderr.startswith("Fixed 41 findings in 3 files.")
     again = run_wlock("lint", "--format", "json", cwd=corpus)
     left = findings(again)
     assert [f for f in json.loads(again.stdout)["findings"] if f["fix"]] == []
@@ -154,7 +154,7 @@ def test_fix_never_invents_a_pin_without_a_lock(corpus: Path) -> None:
     before = (corpus / "transformers_cases.py").read_text()
     result = run_wlock("lint", "--fix", cwd=corpus)
     assert result.code == 1
-    assert result.stderr.startswith("Fixed 0 finding(s) in 0 file(s).")
+    assert result.stderr.startswith("Fixed 0 findings in 0 files.")
     assert (corpus / "transformers_cases.py").read_text() == before
     assert (
         'transformers_cases.py:31:12: WL101 AutoModel.from_pretrained() loads model "acme/bert" '
@@ -222,7 +222,7 @@ def test_clean_code_passes(tmp_path: Path) -> None:
     )
     result = run_wlock("lint", "ok.py", cwd=tmp_path)
     assert result.code == 0 and result.stdout == ""
-    assert result.stderr.startswith("1 files, 1 Hub loads checked against no weights.lock")
+    assert result.stderr.startswith("1 file, 1 Hub load checked against no weights.lock")
 
 
 def test_settings_from_pyproject_without_a_project(tmp_path: Path) -> None:

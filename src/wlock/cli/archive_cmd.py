@@ -9,7 +9,7 @@ import click
 from wlock.cli.options import Settings, archive_url, common_options, lock_option
 from wlock.cli.output import emit, error, info
 from wlock.errors import CheckFailedError, ExitCode, UsageError
-from wlock.units import human_size
+from wlock.units import count, human_size
 
 if TYPE_CHECKING:
     from wlock.archive.push import ArchiveResult
@@ -78,9 +78,9 @@ def archive(to: str | None, jobs: int, dry_run: bool, settings: Settings) -> Non
     if settings.json:
         emit(_document(store.url, todo, present, result))
     else:
-        info(f"Archived to {result.url}: uploaded {result.uploaded_files} blobs "
+        info(f"Archived to {result.url}: uploaded {count(result.uploaded_files, 'blob')} "
              f"({human_size(result.uploaded_bytes)}), {result.present_files} already "
-             f"there; {len(result.complete)} of {len(lock.repos)} revisions complete.")
+             f"there; {len(result.complete)} of {count(len(lock.repos), 'revision')} complete.")
     problems: list[CheckFailedError] = []
     if result.wrong:
         problems.append(CheckFailedError(

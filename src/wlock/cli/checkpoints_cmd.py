@@ -9,7 +9,7 @@ import click
 from wlock.cli.options import Settings, archive_option, archive_url, common_options
 from wlock.cli.output import emit, info, warn
 from wlock.errors import UsageError
-from wlock.units import human_size
+from wlock.units import count, human_size
 
 
 @click.group()
@@ -116,9 +116,9 @@ def keep(run: Path, metric: str | None, mode: str | None, settle: float, name: s
         warn(f"process {', '.join(map(str, plan.alive))} has files open in {run}: "
              "the run is alive; keep would delete nothing now.", label="note")
     if manifests:
-        info(f"Archived {len(manifests)} checkpoints to {url}, verified.")
+        info(f"Archived {count(len(manifests), 'checkpoint')} to {url}, verified.")
     info(f"{'Would free' if dry_run else 'Freed'} {human_size(plan.bytes_freed)} "
-         f"({len(plan.delete)} checkpoints).")
+         f"({count(len(plan.delete), 'checkpoint')}).")
 
 
 @checkpoints.command()

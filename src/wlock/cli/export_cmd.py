@@ -9,7 +9,7 @@ import click
 from wlock.cli.completion_cmd import locked_ids
 from wlock.cli.options import Settings, common_options, lock_option
 from wlock.cli.output import emit, info, warn
-from wlock.units import human_size
+from wlock.units import count, human_size
 
 
 @click.command()
@@ -64,12 +64,12 @@ def export(repo_id: str, dest: Path, dataset: bool, copy: bool, delete: bool, ve
         return
     hows = ", ".join(f"{n} by {how}" for how, n in sorted(result.how.items()))
     info(f"Exported {repo.kind} {repo.id}@{repo.revision[:7]} to {dest}: "
-         f"{result.written} files written ({human_size(result.written_bytes)}"
+         f"{count(result.written, 'file')} written ({human_size(result.written_bytes)}"
          + (f"; {hows}" if hows else "") + f"), {result.unchanged} unchanged.")
     if result.deleted:
-        info(f"Deleted {len(result.deleted)} files the lock does not name.")
+        info(f"Deleted {count(len(result.deleted), 'file')} the lock does not name.")
     elif result.extra:
         shown = ", ".join(result.extra[:5]) + (
             f" and {len(result.extra) - 5} more" if len(result.extra) > 5 else "")
-        warn(f"{len(result.extra)} files in {dest} are not in the lock and were "
+        warn(f"{count(len(result.extra), 'file')} in {dest} not in the lock "
              f"left alone ({shown}); --delete removes them.", label="note")

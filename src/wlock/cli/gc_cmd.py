@@ -10,7 +10,7 @@ import click
 from wlock.cli.options import Settings, common_options, lock_option
 from wlock.cli.output import emit, info, warn
 from wlock.errors import UsageError
-from wlock.units import human_size
+from wlock.units import count, human_size
 
 
 @click.command()
@@ -71,5 +71,5 @@ def gc(keep_locks: tuple[Path, ...], keep_newer: float | None, no_project: bool,
     for warning in plan.warnings:
         warn(warning)
     info(f"{'Would free' if dry_run else 'Freed'} {human_size(freed)} in "
-         f"{plan.cache_dir}: {len(plan.remove)} revisions {verb}, {plan.kept} kept "
-         f"(used by {len(paths)} locks).")
+         f"{plan.cache_dir}: {count(len(plan.remove), 'revision')} {verb}, {plan.kept} kept "
+         f"(used by {count(len(paths), 'lock')}).")

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from wlock.cli.output import info, warn
+from wlock.units import count
 
 
 @click.command()
@@ -75,7 +76,7 @@ def lint(paths: tuple[Path, ...], fmt: str, as_json: bool, fix: bool, fail_on_dy
     report = lint_paths(targets, lock, settings, root=root)
     if fix:
         applied, changed = fix_findings(report.findings, root)
-        info(f"Fixed {applied} finding(s) in {changed} file(s).")
+        info(f"Fixed {count(applied, 'finding')} in {count(changed, 'file')}.")
         if applied:
             report = lint_paths(targets, lock, settings, root=root)
     if as_json:
@@ -91,8 +92,9 @@ def lint(paths: tuple[Path, ...], fmt: str, as_json: bool, fix: bool, fail_on_dy
         errors = sum(f.severity == "error" for f in report.findings)
         warnings = len(report.findings) - errors
         against = "weights.lock" if lock else "no weights.lock (pins not compared)"
-        info(f"{report.files} files, {report.sites} Hub loads checked against {against}: "
-             f"{errors} error(s), {warnings} warning(s) in {report.seconds:.2f}s.")
+        info(f"{count(report.files, 'file')}, {count(report.sites, 'Hub load')} checked against "
+             f"{against}: {count(errors, 'error')}, {count(warnings, 'warning')} in "
+             f"{report.seconds:.2f}s.")
     if report.failed:
         raise SystemExit(ExitCode.CHECK_FAILED)
 

@@ -10,6 +10,7 @@ import click
 from wlock.cli.options import Settings, common_options, lock_option
 from wlock.cli.output import info
 from wlock.errors import UsageError
+from wlock.units import count
 
 TOKEN_ENV = "WLOCK_SERVE_TOKEN"  # noqa: S105 - the name of a variable, not a secret
 
@@ -70,9 +71,9 @@ def serve(extra_locks: tuple[Path, ...], host: str, port: int, require_token: bo
                          hint="Choose another --port (0 picks a free one).") from e
     files = sum(len(c.files) for r in store.repos.values() for c in r.commits.values())
     click.echo(server.endpoint)
-    info(f"Serving {len(store.repos)} repos ({files} files) from {settings.cache_dir} "
-         f"at {server.endpoint}; on other nodes: HF_ENDPOINT={server.endpoint} "
-         "wlock sync. Ctrl-C stops.")
+    info(f"Serving {count(len(store.repos), 'repo')} ({count(files, 'file')}) from "
+         f"{settings.cache_dir} at {server.endpoint}; on other nodes: "
+         f"HF_ENDPOINT={server.endpoint} wlock sync. Ctrl-C stops.")
     try:
         server.serve_forever()
     except KeyboardInterrupt:
