@@ -116,6 +116,10 @@ class Transfer:
         # files took 4.7 s with one shared pool and no latency at all).
         self._new_client = functools.partial(
             httpx2.Client,
+            # One TLS context for all of them: each client would otherwise load the CA
+            # bundle again (measured: 32 threads spent 0.4 s of CPU there on every sync,
+            # and a megabyte or two of memory each).
+            verify=httpx2.create_ssl_context(),
             # The read timeout is the stall timeout: seconds without a byte, not a deadline.
             timeout=httpx2.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
             # Keep-alive to the endpoint and to the CDN: a new connection per file would
@@ -382,6 +386,14 @@ class Transfer:
         return last
 
 
+# glibc's malloc, in a worker: without these, the ranges hf_transfer frees are kept by the
+# allocator (its mmap threshold rises after the first large free, and each of tokio's threads
+# gets an arena), so a worker grew with the size of the files it had downloaded: 393 MiB for
+# a 10 GB sync against 280 MiB for 1 GB. Measured on 4 x 1 GiB: 196 MiB peak without, 155
+# with. A user's own settings win.
+_WORKER_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1024 * 1024), "MALLOC_ARENA_MAX": "2"}
+
+
 class _WorkerPool:
     """Up to `size` `wlock.cache.transfer_worker` processes, each running one download at a time,
     all living as long as the pool."""
@@ -444,7 +456,8 @@ class _WorkerPool:
                 out.append(subprocess.Popen(
                     [sys.executable, "-m", "wlock.cache.transfer_worker"], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, text=True, bufsize=1, start_new_session=True,
-                    env={**os.environ, "WLOCK_TRANSFER_PARENT": str(os.getpid())},
+                    env={**_WORKER_MALLOC, **os.environ,
+                         "WLOCK_TRANSFER_PARENT": str(os.getpid())},
                 ))
                 self.spawned += 1
             except OSError as e:
