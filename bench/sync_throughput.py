@@ -7,9 +7,16 @@ Each run starts from an empty cache; the emulator serves from the page cache (it
 first) so the figures compare the clients, not the store's disk. Two limits are measured in
 the same run, on the same folder: `cp -r` of the same blobs (a write into the page cache:
 what a download could reach if the network cost nothing), and the same copy followed by
-`sync` (the bytes on the disk itself). Peak memory is the proportional set size (PSS) of
-each client's whole process tree (wlock's worker processes included), sampled every 20 ms;
-run with `--shards 10 --shard-mb 1024` to see it for 10 GB.
+`sync` (the bytes on the disk itself). A third is the engine's own: hf_transfer alone, one
+process per shard with wlock's settings, fetching the same URLs and verifying nothing (what
+wlock's large-file path costs above it is its verification and bookkeeping). Peak memory is
+the proportional set size (PSS) of each client's whole process tree (wlock's worker
+processes included), sampled every 20 ms; run with `--shards 10 --shard-mb 1024` to see it
+for 10 GB.
+
+Before each contender the disk is settled: `sync`, then 3 s. On the development VM (ext4
+mounted with `discard`) the write-back and discards of the previous contender's gigabyte
+otherwise slowed the next one by up to 2x, whichever it was.
 """
 
 from __future__ import annotations
@@ -17,9 +24,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
+import httpx2
 from _common import (
     WLOCK,
     compile_wlock,
@@ -32,7 +43,27 @@ from _common import (
     timed,
 )
 
+from wlock.cache.transfer_worker import CHUNK
 from wlock.hubserver.process import HubProcess
+
+SETTLE = 3.0
+
+
+def settle() -> None:
+    run(["sync"])
+    time.sleep(SETTLE)
+
+
+def bare_hf_transfer(urls: list[str], dest: Path, connections: int) -> None:
+    """hf_transfer alone: one process per URL, as wlock's workers run it, no verification."""
+    code = ("import sys, hf_transfer; hf_transfer.download(url=sys.argv[1], "
+            "filename=sys.argv[2], max_files=int(sys.argv[3]), chunk_size=int(sys.argv[4]))")
+    dest.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(dest / str(i)),
+                               str(connections), str(CHUNK)]) for i, url in enumerate(urls)]
+    for proc in procs:
+        if proc.wait() != 0:
+            raise SystemExit("hf_transfer failed")
 
 
 def main() -> None:
@@ -61,12 +92,17 @@ def main() -> None:
                 with open(objects / o, "rb") as f:
                     while f.read(16 * 2**20):
                         pass
-            times: dict[str, list[float]] = {"wlock": [], "hf": [], "cp": [], "disk": []}
+            shards = [f"model-{n + 1:05d}-of-{args.shards:05d}.safetensors"
+                      for n in range(args.shards)]
+            urls = [str(httpx2.head(f"{hub.endpoint}/bench/shards/resolve/main/{name}")
+                        .headers["location"]) for name in shards]
+            urls = [u if "://" in u else f"{hub.endpoint}{u}" for u in urls]
+            per_file = max(1, 8 // min(args.jobs, args.shards))  # wlock's default budget
+            times: dict[str, list[float]] = {
+                "wlock": [], "hf": [], "engine": [], "cp": [], "disk": []}
             peaks: dict[str, list[int]] = {"wlock": [], "hf": []}
             for i in range(args.runs):
-                # Each contender starts with nothing left to write back from the last: on a
-                # VM the kernel's write-back of earlier runs can halve a download's speed.
-                run(["sync"])
+                settle()
                 cache = root / f"wlock-cache-{i}"
                 seconds, peak = measured(
                     [*WLOCK, "sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
@@ -74,7 +110,7 @@ def main() -> None:
                 times["wlock"].append(seconds)
                 peaks["wlock"].append(peak)
                 shutil.rmtree(cache)
-                run(["sync"])
+                settle()
                 cache = root / f"hf-cache-{i}"
                 seconds, peak = measured(
                     snapshot_download("bench/shards", cache, hub.endpoint),
@@ -82,19 +118,25 @@ def main() -> None:
                 times["hf"].append(seconds)
                 peaks["hf"].append(peak)
                 shutil.rmtree(cache)
-                run(["sync"])  # nothing of the previous copies left to write back
+                settle()
+                dest = root / f"engine-{i}"
+                times["engine"].append(timed(lambda dest=dest: bare_hf_transfer(
+                    urls, dest, per_file)))
+                shutil.rmtree(dest)
+                settle()
                 dest = root / f"cp-{i}"
                 times["cp"].append(timed(lambda dest=dest: run(
                     ["cp", "-r", str(objects), str(dest)])))
                 shutil.rmtree(dest)
-                run(["sync"])
+                settle()
                 times["disk"].append(timed(lambda dest=dest: (
                     run(["cp", "-r", str(objects), str(dest)]), run(["sync"]))))
                 shutil.rmtree(dest)
 
-    wl, hf = median(times["wlock"]), median(times["hf"])
+    wl, hf, engine = median(times["wlock"]), median(times["hf"]), median(times["engine"])
     cp, disk = median(times["cp"]), median(times["disk"])
     mb = total / 1e6
+    shard_mb = args.shards * args.shard_mb * 2**20 / 1e6
     print(f"machine: {machine()}")
     print(f"data: {args.shards} x {args.shard_mb} MiB shards + {args.small + 1} small files "
           f"= {mb:.0f} MB; median of {args.runs} runs, each into an empty cache")
@@ -102,10 +144,14 @@ def main() -> None:
           f"peak {max(peaks['wlock']) / 2**20:5.0f} MiB PSS")
     print(f"huggingface_hub snapshot_download: {hf:6.2f}s  {mb / hf:7.0f} MB/s  "
           f"peak {max(peaks['hf']) / 2**20:5.0f} MiB PSS")
+    print(f"hf_transfer alone, shards only:    {engine:6.2f}s  {shard_mb / engine:7.0f} MB/s  "
+          "(no verification)")
     print(f"cp -r into the page cache:         {cp:6.2f}s  {mb / cp:7.0f} MB/s")
     print(f"cp -r and sync to the disk:        {disk:6.2f}s  {mb / disk:7.0f} MB/s")
     print(f"wlock is {hf / wl:.2f}x faster than snapshot_download; it writes at "
-          f"{disk / wl:.2f}x the disk's speed and {cp / wl:.2f}x the page cache's")
+          f"{disk / wl:.2f}x the disk's speed and {cp / wl:.2f}x the page cache's; "
+          f"hf_transfer alone, verifying nothing, at {disk / engine:.2f}x the disk's")
+
 
 if __name__ == "__main__":
     main()

@@ -50,13 +50,26 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
     if site.default_model:
         return ("WL106", f"{call} without model= downloads the task's default model, "
                 "unpinned; pass model=\"org/name\" and its locked revision", None)
+    rev = site.revision
+    if rev.kind == "wlock" and rev.value is None:
+        # wlock.revision(<a variable>): the lock decides at run time, whatever is passed;
+        # only a different variable from the id's is worth a word.
+        if site.expr and rev.expr and rev.expr != site.expr:
+            return ("WL103", f"{call} loads {site.expr} with wlock.revision({rev.expr}), "
+                    f"which names another variable; write wlock.revision({site.expr})", None)
+        return None, "", None
     if site.repo_id is None:
+        if site.expr:
+            return ("WL200", f"{call}: the repo id {site.expr} is not a literal and has no "
+                    "literal default in this file, so wlock cannot check its pin; pass "
+                    f"revision=wlock.revision({site.expr})", None)
         return ("WL200", f"{call}: the repo id is not a literal, so wlock cannot check its "
                 "pin; pass revision=wlock.revision(\"org/name\")", None)
     repo_id = site.repo_id
     locked = _find(lock, site) if lock else None
-    rev = site.revision
     what = f'{call} loads {site.repo_kind} "{repo_id}"'
+    if site.origin:
+        what += f" ({site.origin})"
     if lock is not None and locked is None:
         named = rev.value if rev.kind == "wlock" else repo_id
         flag = " --dataset" if site.repo_kind == "dataset" else ""
@@ -64,21 +77,28 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
                 f"{named}{flag}` and `wlock lock`", None)
     commit = locked.revision if locked else None
     instead = _instead(site, commit)
+    # A variable's default: the value can change at run time, so nothing is rewritten.
+    fixable = commit if not (site.origin or rev.origin) else None
     if rev.kind == "missing":
         code = "WL105" if site.param == "code_revision" else "WL101"
         pin = "revision" if site.param == "@" else site.param
         reason = ("with trust_remote_code=True and no pinned code_revision" if code == "WL105"
                   else f"without a pinned {pin}")
-        return code, f"{what} {reason}; {instead}", commit
+        return code, f"{what} {reason}; {instead}", fixable
     if rev.kind == "literal":
         shown = f"@{rev.value}" if site.param == "@" else f'{site.param}="{rev.value}"'
+        if rev.origin:
+            shown = f'{site.param} "{rev.value}" ({rev.origin})'
         kind = ("a variant, not a pin (use variant=)"
                 if site.family == "diffusers" and rev.value in DIFFUSERS_VARIANTS
                 else "a branch, tag or short id, not a commit")
-        return "WL102", f"{what} with {shown}: {kind}; {instead}", commit
+        return "WL102", f"{what} with {shown}: {kind}; {instead}", fixable
     if rev.kind == "commit" and commit is not None and rev.value != commit:
-        return ("WL103", f"{what} pinned to {rev.value[:7] if rev.value else '?'}, but "
-                f"weights.lock has {commit[:7]}; {instead}", commit)
+        pinned = rev.value[:7] if rev.value else "?"
+        if rev.origin:
+            pinned += f" ({rev.origin})"
+        return ("WL103", f"{what} pinned to {pinned}, but weights.lock has {commit[:7]}; "
+                f"{instead}", fixable)
     if rev.kind == "wlock" and rev.value != repo_id:
         return ("WL103", f'{what} with wlock.revision("{rev.value}"), which names another '
                 f'repo; write wlock.revision("{repo_id}")', None)
@@ -89,6 +109,10 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
 
 
 def _instead(site: LoadSite, commit: str | None) -> str:
+    param = site.param if site.param != "@" else "revision"
+    if site.expr is not None:
+        return (f"write {param}=wlock.revision({site.expr}): the lock decides at run time, "
+                "whichever id is passed")
     if commit is None:
         return (f"pin it: add it to weights.toml, run `wlock lock`, then write "
                 f'{site.param if site.param != "@" else "revision"}='

@@ -7,7 +7,9 @@ callee), so `transformers.AutoModel.from_pretrained`, `AutoModel.from_pretrained
 - a repo id that is a string literal (or a module-level string constant) is checked;
 - a local path (`./x`, `/x`, `../x`, `~/x`, `Path(...)`, `os.path.join(...)`, `a / b`) is not
   a load;
-- anything else (a variable, an f-string) is a dynamic id, reported in its own category.
+- anything else (a variable, an f-string) is a dynamic id: judged by the literal default one
+  hop behind it when there is one (`args.model` and `--model`'s default: lint.defaults),
+  else reported in its own category.
 
 A revision is pinned when it is a 40-hex literal, a module-level constant holding one, or
 `wlock.revision("org/name")`.
@@ -20,8 +22,9 @@ import bisect
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
+from wlock.lint.defaults import Defaults
 from wlock.lint.sources import Source
 from wlock.models import RepoKind
 
@@ -44,6 +47,17 @@ _LOCAL_CALLS = frozenset({"Path", "PurePath", "PosixPath", "WindowsPath", "join"
 class Revision:
     kind: RevisionKind
     value: str | None = None  # the literal, or the id given to wlock.revision()
+    origin: str | None = None  # where a default came from, when the call passes a variable
+    expr: str | None = None  # wlock.revision(<this variable>), as written
+
+
+class Repo(NamedTuple):
+    """What a call passes as the repo id."""
+
+    state: str  # "absent" | "local" | "literal" | "dynamic"
+    repo_id: str | None
+    origin: str | None = None  # a variable's default: "the default of --model (line 12)"
+    expr: str | None = None  # that variable, as written: "args.model"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +76,8 @@ class LoadSite:
     param: str  # "revision", "tokenizer_revision", "code_revision", or "@" (in the string)
     revision: Revision
     default_model: bool = False  # pipeline(task) with no model: the task's default
+    origin: str | None = None  # the id is a variable's default (see Repo)
+    expr: str | None = None
 
 
 # A line that could hold (part of) a load: a call we know by name, or a hub string. A file
@@ -155,6 +171,8 @@ class _Visitor:
         self.lines = source.text.split("\n")
         self.sites: list[LoadSite] = []
         self.constants = _module_constants(tree)
+        self.tree = tree
+        self._defaults: Defaults | None = None  # built on the first dynamic id
         self.wlock_modules: set[str] = set()  # names bound to the wlock module
         self.wlock_revision: set[str] = set()  # names bound to wlock.revision
         self.aliases: dict[str, str] = {}  # local name -> loader name (`import … as …`)
@@ -194,22 +212,30 @@ class _Visitor:
             return self.constants[node.id]
         return None
 
-    def _repo(self, node: ast.expr | None) -> tuple[str, str | None]:
-        """("absent" | "local" | "literal" | "dynamic", repo id)."""
+    def _default(self, node: ast.expr) -> tuple[str, str] | None:
+        """The literal default behind a variable, and where it is (lint.defaults)."""
+        if self._defaults is None:
+            self._defaults = Defaults(self.tree)
+        found = self._defaults.resolve(node, node.lineno)
+        return (found.value, found.origin) if found else None
+
+    def _repo(self, node: ast.expr | None) -> Repo:
         if node is None or (isinstance(node, ast.Constant) and node.value is None):
-            return "absent", None
+            return Repo("absent", None)
         text = self._string(node)
         if text is not None:
-            if text.startswith((".", "/", "~")) or "\\" in text or not _REPO_ID.match(text):
-                return "local", None
-            return "literal", text
+            return _literal_repo(text)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
-            return "local", None  # Path arithmetic
+            return Repo("local", None)  # Path arithmetic
         if isinstance(node, ast.Call) and _last_name(node.func) in _LOCAL_CALLS:
-            return "local", None
+            return Repo("local", None)
         if isinstance(node, ast.Constant):
-            return "local", None  # bytes, numbers: not a repo
-        return "dynamic", None
+            return Repo("local", None)  # bytes, numbers: not a repo
+        default = self._default(node)
+        if default is not None:
+            state, repo_id, _, _ = _literal_repo(default[0])
+            return Repo(state, repo_id, default[1], ast.unparse(node))
+        return Repo("dynamic", None, None, ast.unparse(node))
 
     def _revision(self, call: ast.Call, param: str) -> Revision:
         node = self._arg(call, None, param)
@@ -224,7 +250,13 @@ class _Visitor:
             return Revision("commit" if _COMMIT.match(text) else "literal", text)
         if isinstance(node, ast.Call) and self._is_wlock_revision(node.func):
             named = self._string(node.args[0]) if node.args else None
+            if named is None and node.args:
+                return Revision("wlock", None, expr=ast.unparse(node.args[0]))
             return Revision("wlock", named) if named else Revision("dynamic")
+        default = self._default(node)
+        if default is not None:
+            text, origin = default
+            return Revision("commit" if _COMMIT.match(text) else "literal", text, origin)
         return Revision("dynamic")
 
     def _is_wlock_revision(self, func: ast.expr) -> bool:
@@ -234,11 +266,11 @@ class _Visitor:
                 and isinstance(func.value, ast.Name) and func.value.id in self.wlock_modules)
 
     def _add(
-        self, call: ast.Call, family: str, repo: tuple[str, str | None], kind: RepoKind,
+        self, call: ast.Call, family: str, repo: Repo, kind: RepoKind,
         param: str = "revision", *, default_model: bool = False,
         revision: Revision | None = None,
     ) -> None:
-        state, repo_id = repo
+        state, repo_id, origin, expr = repo
         if state == "local" or (state == "absent" and not default_model):
             return
         self.sites.append(LoadSite(
@@ -246,10 +278,10 @@ class _Visitor:
             col=self._col(call), end_line=call.end_lineno or call.lineno,
             call=_dotted(call.func), family=family, repo_id=repo_id, repo_kind=kind,
             param=param, revision=revision or self._revision(call, param),
-            default_model=default_model,
+            default_model=default_model, origin=origin, expr=expr,
         ))
 
-    def _remote_code(self, call: ast.Call, family: str, repo: tuple[str, str | None]) -> None:
+    def _remote_code(self, call: ast.Call, family: str, repo: Repo) -> None:
         """WL105 only where the remote code's commit is not already decided: transformers
         loads the code of the repo itself at `revision` when `code_revision` is not given,
         so a call that passes `revision` is judged by it (WL101/102/103) alone."""
@@ -346,6 +378,12 @@ class _Visitor:
                 call=_dotted(node.func), family=family, repo_id=repo_id, repo_kind=kind,
                 param="@", revision=revision,
             ))
+
+
+def _literal_repo(text: str) -> Repo:
+    if text.startswith((".", "/", "~")) or "\\" in text or not _REPO_ID.match(text):
+        return Repo("local", None)
+    return Repo("literal", text)
 
 
 def _module_constants(tree: ast.Module) -> dict[str, str]:
