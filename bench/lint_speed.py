@@ -6,6 +6,11 @@ B615 (huggingface_unsafe_download) on the same tree.
 Downloads the transformers wheel with pip unless --wheel is given (no install: the source is
 only read), unpacks it, and times both tools over the same .py files. Needs bandit >= 1.8.3
 (`pip install bandit`, in the `bench` extra).
+
+It also judges the tree a second time in this process with the one-hop defaults switched
+off (lint.defaults), and reports what became of the loads that were dynamic (WL200) without
+them: judged by a literal default (a finding naming it, or pinned), a local path by default
+(no longer a load), or still dynamic.
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ def main() -> None:
         w_report = json.loads(run_wlock().stdout)
         b_report = json.loads(bandit_result.stdout)
 
+        hop = one_hop(tree)
+
     codes: dict[str, int] = {}
     for f in w_report["findings"]:
         codes[f["code"]] = codes.get(f["code"], 0) + 1
@@ -69,6 +76,54 @@ def main() -> None:
           f"{dict(sorted(codes.items()))}")
     print(f"bandit -t B615:  {b:6.2f}s  {len(b_report['results'])} findings (one run)")
     print(f"wlock lint takes {w / b:.2f}x bandit's time on the same tree")
+    print(f"dynamic loads without the one-hop defaults: {hop['before']}; with them: "
+          f"{hop['judged']} judged by a literal default ({hop['judged_codes']}, plus "
+          f"{hop['pinned']} pinned), {hop['local']} local paths by default, "
+          f"{hop['after']} still dynamic")
+
+
+def one_hop(tree: Path) -> dict[str, object]:
+    """The tree judged with and without lint.defaults, in this process."""
+    from wlock.lint.checker import lint_paths
+    from wlock.lint.config import LintSettings
+    from wlock.lint.defaults import Defaults
+    from wlock.lint.scanner import LoadSite, scan
+    from wlock.lint.sources import Source
+
+    def sites(hop: bool) -> list[LoadSite]:
+        saved = Defaults.resolve
+        if not hop:
+            Defaults.resolve = lambda self, node, line: None  # type: ignore[method-assign]
+        try:
+            found: list[LoadSite] = []
+            for path in sorted(tree.rglob("*.py")):
+                found += scan(Source(str(path), path.read_text(errors="replace")))[0]
+            return found
+        finally:
+            Defaults.resolve = saved  # type: ignore[method-assign]
+
+    before = {(s.path, s.line, s.col, s.param) for s in sites(False)
+              if s.repo_id is None and not s.default_model}
+    after_sites = {(s.path, s.line, s.col, s.param): s for s in sites(True)}
+    report = lint_paths([tree], None, LintSettings())
+    by_place = {(str(tree / f.path) if not Path(f.path).is_absolute() else f.path,
+                 f.line, f.col, f.param): f for f in report.findings}
+    judged_codes: dict[str, int] = {}
+    judged = pinned = local = after = 0
+    for place in before:
+        site = after_sites.get(place)
+        if site is None:
+            local += 1
+        elif site.repo_id is None:
+            after += 1
+        elif place in by_place:
+            judged += 1
+            code = by_place[place].code
+            judged_codes[code] = judged_codes.get(code, 0) + 1
+        else:
+            pinned += 1
+    return {"before": len(before), "judged": judged, "judged_codes": judged_codes,
+            "pinned": pinned, "local": local, "after": after}
 
 
 if __name__ == "__main__":

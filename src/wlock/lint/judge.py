@@ -25,6 +25,7 @@ class Finding:
     param: str
     message: str
     fix: str | None  # the locked commit to write, when there is one and it is safe to write
+    origin: str | None = None  # the id is this variable's default: "the default of --model…"
 
     @property
     def where(self) -> str:
@@ -42,7 +43,7 @@ def judge(site: LoadSite, lock: Lock | None, settings: LintSettings) -> Finding 
         return None
     return Finding(code=code, severity=level, path=site.path, cell=site.cell, line=site.line,
                    col=site.col, call=site.call, repo_id=site.repo_id, param=site.param,
-                   message=message, fix=fix)
+                   message=message, fix=fix, origin=site.origin)
 
 
 def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | None]:

@@ -35,7 +35,7 @@ def as_dict(report: LintReport) -> dict[str, Any]:
         "findings": [
             {"code": f.code, "severity": f.severity, "path": f.path, "cell": f.cell,
              "line": f.line, "col": f.col, "call": f.call, "repo": f.repo_id,
-             "param": f.param, "message": f.message, "fix": f.fix}
+             "param": f.param, "message": f.message, "fix": f.fix, "origin": f.origin}
             for f in report.findings
         ],
     }
