@@ -60,3 +60,31 @@ def dynamic_everywhere(repo, rev):
 
 local_st = SentenceTransformer("/opt/models/st")
 local_hub = load_dataset("~/data/squad")
+
+# Loaders beyond the first list (each shaped like public code that uses it).
+from FlagEmbedding import BGEM3FlagModel, FlagModel, FlagReranker
+from huggingface_hub import get_safetensors_metadata, model_info
+from sentence_transformers import SparseEncoder
+from vllm.transformers_utils.tokenizer import get_tokenizer
+
+import wlock
+
+sparse = SparseEncoder("acme/st")
+bge = FlagModel("acme/st", query_instruction_for_retrieval="Represent this sentence:")
+m3 = BGEM3FlagModel("acme/st", use_fp16=True)
+reranker = FlagReranker(wlock.snapshot_path("acme/st"), use_fp16=True)
+vllm_tok = get_tokenizer("acme/tok", trust_remote_code=False)
+info = HfApi().model_info("acme/bert")
+card = model_info("acme/bert", revision="79a579b0a251dfd74d363b615e210828963a37d1")
+meta = get_safetensors_metadata("acme/bert")
+squad_info = HfApi().repo_info("acme/squad", repo_type="dataset", revision="main")
+old_timm = timm.create_model("hf_hub:acme/vit", pretrained=True)
+split = "train"
+built = pd.read_parquet(f"hf://datasets/acme/squad/data/{split}.parquet")
+joined = pd.read_parquet("hf://datasets/acme/squad@" + "main" + "/data/train.parquet")
+SQUAD_COMMIT = "ae50bcfa009c368a3a91495098d8bf545301e72d"
+pinned_fstring = pd.read_parquet(f"hf://datasets/acme/squad@{SQUAD_COMMIT}/data/train.parquet")
+
+
+def read(named):  # the id is not written out: not a load wlock can name
+    return pd.read_parquet(f"hf://datasets/acme/{named}/data/train.parquet")

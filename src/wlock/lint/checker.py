@@ -16,7 +16,9 @@ from wlock.models import Lock
 
 # A file that names none of these cannot load from the Hub in a way we recognise: skip the parse.
 TRIGGERS = ("from_pretrained", "pipeline", "hf_hub_download", "snapshot_download",
-            "load_dataset", "SentenceTransformer", "CrossEncoder", "LLM", "hf-hub:", "hf://")
+            "load_dataset", "SentenceTransformer", "CrossEncoder", "SparseEncoder", "LLM",
+            "hf-hub:", "hf_hub:", "hf://", "Flag", "get_tokenizer", "model_info",
+            "dataset_info", "repo_info", "get_safetensors_metadata")
 PARALLEL_FROM = 200  # files; below this, starting workers costs more than it saves
 
 

@@ -79,7 +79,12 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
     commit = locked.revision if locked else None
     instead = _instead(site, commit)
     # A variable's default: the value can change at run time, so nothing is rewritten.
-    fixable = commit if not (site.origin or rev.origin) else None
+    fixable = commit if site.literal and not (site.origin or rev.origin) else None
+    if rev.kind == "missing" and site.family == "FlagEmbedding":
+        # No revision parameter: the pin is the locked commit's folder, read offline.
+        named = site.expr if site.expr else f'"{repo_id}"'
+        return ("WL101", f"{what}, which takes no revision; pass the locked commit's folder: "
+                f"{site.call}(wlock.snapshot_path({named}))", None)
     if rev.kind == "missing":
         code = "WL105" if site.param == "code_revision" else "WL101"
         pin = "revision" if site.param == "@" else site.param
@@ -103,6 +108,9 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
     if rev.kind == "wlock" and rev.value != repo_id:
         return ("WL103", f'{what} with wlock.revision("{rev.value}"), which names another '
                 f'repo; write wlock.revision("{repo_id}")', None)
+    if rev.kind == "dynamic" and site.param == "@":
+        return ("WL200", f'{what}: the revision after "@" is not a literal, so wlock cannot '
+                f'check it; write {{wlock.revision("{repo_id}")}} there', None)
     if rev.kind == "dynamic":
         return ("WL200", f"{what}: the {site.param} is not a literal, so wlock cannot check "
                 f'it; write {site.param}=wlock.revision("{repo_id}")', None)

@@ -39,8 +39,10 @@ PACKAGED_BUILDERS = frozenset({
     "cache", "spark", "lance",
 })
 DIFFUSERS_VARIANTS = frozenset({"fp16", "bf16", "fp32", "flax", "onnx", "non_ema", "ema"})
+# Calls that give a local folder (wlock.snapshot_path: the locked commit's, already pinned).
 _LOCAL_CALLS = frozenset({"Path", "PurePath", "PosixPath", "WindowsPath", "join", "abspath",
-                          "expanduser", "realpath", "dirname", "resolve", "cwd", "home"})
+                          "expanduser", "realpath", "dirname", "resolve", "cwd", "home",
+                          "snapshot_path"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,19 +80,28 @@ class LoadSite:
     default_model: bool = False  # pipeline(task) with no model: the task's default
     origin: str | None = None  # the id is a variable's default (see Repo)
     expr: str | None = None
+    literal: bool = True  # False: a string built with + or an f-string (--fix leaves it)
 
 
 # A line that could hold (part of) a load: a call we know by name, or a hub string. A file
 # with none is not parsed at all.
 CANDIDATE = re.compile(
     r"\b(?:from_pretrained|pipeline|hf_hub_download|snapshot_download|load_dataset"
-    r"|load_dataset_builder|SentenceTransformer|CrossEncoder|LLM)\s*\(|hf-hub:|hf://"
+    r"|load_dataset_builder|SentenceTransformer|CrossEncoder|SparseEncoder|LLM"
+    r"|FlagModel|BGEM3FlagModel|FlagReranker|FlagLLMReranker|FlagICLModel|get_tokenizer"
+    r"|model_info|dataset_info|repo_info|get_safetensors_metadata)\s*\(|hf-hub:|hf_hub:|hf://"
 )
+# Hub metadata calls: they resolve a ref to a commit, so an unpinned one moves with it.
+METADATA = frozenset({"model_info", "dataset_info", "repo_info", "get_safetensors_metadata"})
+# FlagEmbedding's models take an id and no revision: the pin is the locked snapshot's folder.
+FLAG_EMBEDDING = frozenset({"FlagModel", "BGEM3FlagModel", "FlagReranker", "FlagLLMReranker",
+                            "FlagICLModel"})
 
 
 # Loaders imported under another name: `from huggingface_hub import hf_hub_download as dl`.
 ALIASABLE = ("hf_hub_download", "snapshot_download", "pipeline", "load_dataset",
-             "load_dataset_builder", "SentenceTransformer", "CrossEncoder", "LLM")
+             "load_dataset_builder", "SentenceTransformer", "CrossEncoder", "SparseEncoder",
+             "LLM", "model_info", "dataset_info", "repo_info", "get_safetensors_metadata")
 _ALIAS = re.compile(r"\b(" + "|".join(ALIASABLE) + r")\s+as\s+([A-Za-z_]\w*)")
 
 
@@ -172,6 +183,7 @@ class _Visitor:
         self.sites: list[LoadSite] = []
         self.constants = _module_constants(tree)
         self.tree = tree
+        self.vllm = "vllm" in source.text
         self._defaults: Defaults | None = None  # built on the first dynamic id
         self.wlock_modules: set[str] = set()  # names bound to the wlock module
         self.wlock_revision: set[str] = set()  # names bound to wlock.revision
@@ -318,7 +330,20 @@ class _Visitor:
             repo = self._repo(self._arg(node, 0, "path"))
             if repo[1] not in PACKAGED_BUILDERS:
                 self._add(node, "datasets", repo, "dataset")
-        elif name in ("SentenceTransformer", "CrossEncoder"):
+        elif name in METADATA:
+            repo_type = self._string(self._arg(node, None, "repo_type"))
+            if repo_type != "space":
+                meta_kind: RepoKind = ("dataset" if name == "dataset_info"
+                                       or repo_type == "dataset" else "model")
+                self._add(node, "huggingface_hub", self._repo(self._arg(node, 0, "repo_id")),
+                          meta_kind)
+        elif name in FLAG_EMBEDDING:
+            self._add(node, "FlagEmbedding",
+                      self._repo(self._arg(node, 0, "model_name_or_path")), "model")
+        elif name == "get_tokenizer" and self.vllm:
+            # vLLM's (vllm.transformers_utils.tokenizer); open_clip's takes an "hf-hub:" string.
+            self._add(node, "vllm", self._repo(self._arg(node, 0, "tokenizer_name")), "model")
+        elif name in ("SentenceTransformer", "CrossEncoder", "SparseEncoder"):
             self._add(node, "sentence-transformers",
                       self._repo(self._arg(node, 0, "model_name_or_path", "model_name")),
                       "model")
@@ -347,14 +372,17 @@ class _Visitor:
         self._remote_code(node, family, repo)
 
     def _hub_strings(self, node: ast.Call) -> None:
-        """`"hf-hub:org/name@rev"` (timm, open_clip) and `"hf://…@rev/…"` (fsspec) arguments."""
+        """`"hf-hub:org/name@rev"` (timm, open_clip; timm's older `hf_hub:` too) and
+        `"hf://…@rev/…"` (fsspec) arguments, also built with `+` or an f-string as long as
+        the repo id itself is written out."""
         values = [*node.args, *(kw.value for kw in node.keywords)]
         for value in values:
-            if not (isinstance(value, ast.Constant) and isinstance(value.value, str)):
+            leading = _leading_text(value, self.constants)
+            if leading is None:
                 continue
-            text = value.value
+            text, complete = leading
             kind: RepoKind = "model"
-            if text.startswith("hf-hub:"):
+            if text.startswith(("hf-hub:", "hf_hub:")):
                 spec, family = text[len("hf-hub:"):], "timm/open_clip"
             elif text.startswith("hf://"):
                 spec, family = text[len("hf://"):], "hf://"
@@ -364,20 +392,64 @@ class _Visitor:
                     continue
                 elif spec.startswith("models/"):
                     spec = spec[len("models/"):]
-                spec = "/".join(spec.split("/")[:2])
             else:
                 continue
-            repo_id, _, rev = spec.partition("@")
-            if not _REPO_ID.match(repo_id):
+            # The id ends at "@" or at the "/" after "org/name"; written out only if that end
+            # is in the literal text (or the text is all literal).
+            head = spec.split("@", 1)[0]
+            parts = head.split("/")
+            if family == "hf://":
+                ended = "@" in spec or len(parts) > 2 or complete
+                head = "/".join(parts[:2])
+            else:
+                ended = "@" in spec or complete
+            if not ended or not _REPO_ID.match(head):
                 continue
-            revision = (Revision("missing") if not rev
-                        else Revision("commit" if _COMMIT.match(rev) else "literal", rev))
+            revision = Revision("missing")
+            if "@" in spec:
+                rev = spec.split("@", 1)[1]
+                cut = rev.split("/", 1)[0]
+                if "/" not in rev and not complete:
+                    revision = Revision("dynamic")  # f"…@{rev}"
+                elif cut:
+                    revision = Revision("commit" if _COMMIT.match(cut) else "literal", cut)
             self.sites.append(LoadSite(
                 path=self.source.path, cell=self.source.cell, line=value.lineno,
                 col=self._col(value), end_line=value.end_lineno or value.lineno,
-                call=_dotted(node.func), family=family, repo_id=repo_id, repo_kind=kind,
+                call=_dotted(node.func), family=family, repo_id=head, repo_kind=kind,
                 param="@", revision=revision,
+                literal=isinstance(value, ast.Constant),
             ))
+
+
+def _leading_text(node: ast.expr, constants: dict[str, str]) -> tuple[str, bool] | None:
+    """The literal text a string expression starts with, and whether that is all of it:
+    a literal or a module constant, an f-string (up to its first field that is not a module
+    constant), or `+` of those."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value, True
+    if isinstance(node, ast.Name) and node.id in constants:
+        return constants[node.id], True
+    if isinstance(node, ast.JoinedStr):
+        text = ""
+        for part in node.values:
+            if isinstance(part, ast.FormattedValue) and part.format_spec is None and (
+                    isinstance(part.value, ast.Name) and part.value.id in constants):
+                text += constants[part.value.id]
+                continue
+            if not (isinstance(part, ast.Constant) and isinstance(part.value, str)):
+                return (text, False) if text else None
+            text += part.value
+        return text, True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left = _leading_text(node.left, constants)
+        if left is None or not left[1]:
+            return left
+        right = _leading_text(node.right, constants)
+        if right is None:
+            return left[0], False
+        return left[0] + right[0], right[1]
+    return None
 
 
 def _literal_repo(text: str) -> Repo:
