@@ -72,7 +72,7 @@ EXPECTED = [
     ("hub_cases.py:81:30", "WL101", "acme/vit", "@"),
     ("hub_cases.py:83:25", "WL101", "acme/squad", "@"),
     ("hub_cases.py:84:26", "WL102", "acme/squad", "@"),
-    ("notebook.ipynb[cell 3]:1:9", "WL101", "acme/bert", "revision"),
+    ("notebook.ipynb:cell 3:1:9", "WL101", "acme/bert", "revision"),
     ("transformers_cases.py:31:12", "WL101", "acme/bert", "revision"),
     ("transformers_cases.py:32:19", "WL101", "acme/bert", "revision"),
     ("transformers_cases.py:33:10", "WL102", "acme/bert", "revision"),
@@ -112,7 +112,7 @@ def corpus(tmp_path: Path) -> Path:
 def findings(result) -> list[tuple[str, str, str | None, str]]:  # type: ignore[no-untyped-def]
     out = []
     for f in json.loads(result.stdout)["findings"]:
-        cell = f"[cell {f['cell']}]" if f["cell"] else ""
+        cell = f":cell {f['cell']}" if f["cell"] else ""
         out.append((f"{f['path']}{cell}:{f['line']}:{f['col']}", f["code"], f["repo"], f["param"]))
     return out
 
@@ -221,6 +221,44 @@ def test_sarif_report(corpus: Path) -> None:
         region = result_["locations"][0]["physicalLocation"]["region"]
         assert where.endswith(f":{region['startLine']}:{region['startColumn']}")
         assert result_["level"] == ("warning" if code == "WL200" else "error")
+    # No link to documentation that does not exist.
+    assert all("helpUri" not in rule for rule in run["tool"]["driver"]["rules"])
+
+
+def test_paths_are_relative_to_the_repository_wherever_lint_runs(corpus: Path) -> None:
+    """GitHub's annotations and SARIF resolve paths from the repository's root: run from a
+    sub-folder, they still name the file from there; text too (as the other formats)."""
+    repo = corpus.parent
+    (repo / ".git").mkdir()
+    sub = corpus / "excluded"
+    github = run_wlock("lint", "../hub_cases.py", "--format", "github", cwd=sub)
+    assert github.stdout.splitlines()[0].startswith(
+        "::error file=corpus/hub_cases.py,line=12,col=10,title=wlock WL101::")
+    sarif = json.loads(run_wlock("lint", "--format", "sarif", cwd=sub).stdout)
+    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+            for r in sarif["runs"][0]["results"]}
+    assert uris == {"corpus/defaults_cases.py", "corpus/hub_cases.py",
+                    "corpus/notebook.ipynb", "corpus/transformers_cases.py"}
+    text = run_wlock("lint", "../notebook.ipynb", cwd=sub)
+    assert text.stdout.startswith("corpus/notebook.ipynb:cell 3:1:9: WL101 ")  # as ruff
+
+
+def test_a_file_that_does_not_parse_is_an_error(tmp_path: Path) -> None:
+    """Its loads are unseen: that fails the gate (WL001), it is not a warning and exit 0."""
+    (tmp_path / "weights.toml").write_text("")
+    (tmp_path / "ok.py").write_text('from transformers import AutoModel\n')
+    (tmp_path / "broken.py").write_text(
+        'from transformers import AutoModel\nmodel = AutoModel.from_pretrained("a/b"\n')
+    result = run_wlock("lint", "--format", "json", cwd=tmp_path)
+    assert result.code == 1, result.stderr
+    found = json.loads(result.stdout)["findings"]
+    assert [(f["code"], f["path"], f["line"], f["severity"]) for f in found] == [
+        ("WL001", "broken.py", 2, "error")]
+    assert "cannot parse" in found[0]["message"]
+    text = run_wlock("lint", cwd=tmp_path)
+    assert text.code == 1 and text.stdout.startswith("broken.py:2:")
+    (tmp_path / "weights.toml").write_text('[tool.wlock.lint]\nseverity = { WL001 = "warning" }\n')
+    assert run_wlock("lint", cwd=tmp_path).code == 0  # a project may choose to let it pass
 
 
 def test_dynamic_ids_fail_only_when_asked(corpus: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from wlock.cli.output import info, warn
+from wlock.cli.output import info
 from wlock.units import count
 
 
@@ -35,6 +35,7 @@ def lint(paths: tuple[Path, ...], fmt: str, as_json: bool, fix: bool, fail_on_dy
 
     \b
     Codes:
+      WL001  file cannot be read or parsed: its loads are unseen
       WL101  load without a pinned revision             (fixable)
       WL102  revision is a branch, tag or variant       (fixable)
       WL103  revision differs from weights.lock         (fixable)
@@ -65,14 +66,16 @@ def lint(paths: tuple[Path, ...], fmt: str, as_json: bool, fix: bool, fail_on_dy
     settings, _ = load_settings(folder or _pyproject_folder())
     if fail_on_dynamic:
         settings = replace(settings, fail_on_dynamic=True)
-    root = Path.cwd()
+    # Paths in every format are relative to the repository (else the project): GitHub's
+    # annotations and SARIF resolve them there, wherever the command was run from.
+    root = _repository_root(folder or Path.cwd())
     # A changed weights.toml or weights.lock (pre-commit passes it as a file name) can make
     # any pin in the project stale (WL103): then the whole project is linted.
     lock_files = {p for p in paths if p.name in ("weights.toml", "weights.lock")}
     code_paths = [p for p in paths if p not in lock_files]
-    targets = code_paths or [folder or root]
+    targets = code_paths or [folder or Path.cwd()]
     if lock_files:
-        targets = [folder or root]
+        targets = [folder or Path.cwd()]
     report = lint_paths(targets, lock, settings, root=root)
     if fix:
         applied, changed = fix_findings(report.findings, root)
@@ -86,8 +89,6 @@ def lint(paths: tuple[Path, ...], fmt: str, as_json: bool, fix: bool, fail_on_dy
         emit(as_dict(report) | {"ok": not report.failed})
     else:
         click.echo(render(report, fmt), nl=False)
-    for error in report.errors:
-        warn(error)
     if fmt == "text" and not as_json:
         errors = sum(f.severity == "error" for f in report.findings)
         warnings = len(report.findings) - errors
@@ -102,3 +103,10 @@ def lint(paths: tuple[Path, ...], fmt: str, as_json: bool, fix: bool, fail_on_dy
 def _pyproject_folder() -> Path | None:
     here = Path.cwd().resolve()
     return next((p for p in (here, *here.parents) if (p / "pyproject.toml").is_file()), None)
+
+
+def _repository_root(start: Path) -> Path:
+    """The nearest folder upward holding `.git` (a folder, or a file in a worktree), else
+    `start`."""
+    start = start.resolve()
+    return next((p for p in (start, *start.parents) if (p / ".git").exists()), start)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from wlock.lint.config import LintSettings
 from wlock.lint.judge import Finding, judge, suppressed
-from wlock.lint.scanner import LoadSite, scan
+from wlock.lint.scanner import LoadSite, Unreadable, scan
 from wlock.lint.sources import Source, iter_files, read_sources
 from wlock.models import Lock
 
@@ -46,7 +46,16 @@ def lint_paths(
     errors: list[str] = []
     sites = 0
     for found, lines_by_cell, file_errors in _scan_all(files):
-        errors.extend(file_errors)
+        for problem in file_errors:
+            errors.append(str(problem))
+            # A file wlock cannot parse hides its loads: an error (WL001), not a silent pass.
+            level = settings.level("WL001")
+            if level != "off":
+                findings.append(Finding(
+                    code="WL001", severity=level, path=problem.path, cell=problem.cell,
+                    line=problem.line, col=problem.col, call="", repo_id=None, param="",
+                    message=f"{problem.reason}; wlock cannot see the Hub loads in it. Fix the "
+                    "syntax, or exclude the file in [tool.wlock.lint]", fix=None))
         sites += len(found)
         for site in found:
             finding = judge(site, lock, settings)
@@ -58,7 +67,7 @@ def lint_paths(
                       errors=tuple(errors), seconds=time.monotonic() - started)
 
 
-ScanResult = tuple[list[LoadSite], dict[int | None, list[str]], list[str]]
+ScanResult = tuple[list[LoadSite], dict[int | None, list[str]], list[Unreadable]]
 
 
 def scan_file(path: Path, display: str) -> ScanResult:
@@ -66,7 +75,7 @@ def scan_file(path: Path, display: str) -> ScanResult:
     try:
         raw = path.read_text(encoding="utf-8", errors="replace")
     except OSError as e:
-        return [], {}, [f"{display}: cannot read: {e.strerror}"]
+        return [], {}, [Unreadable(display, None, 1, 1, f"cannot read: {e.strerror}")]
     if not any(t in raw for t in TRIGGERS):
         return [], {}, []
     try:
@@ -74,10 +83,10 @@ def scan_file(path: Path, display: str) -> ScanResult:
             Source(display, raw)
         ]
     except ValueError as e:  # a notebook that is not JSON
-        return [], {}, [f"{display}: cannot read notebook: {e}"]
+        return [], {}, [Unreadable(display, None, 1, 1, f"cannot read the notebook: {e}")]
     found: list[LoadSite] = []
     lines: dict[int | None, list[str]] = {}
-    errors: list[str] = []
+    errors: list[Unreadable] = []
     for source in sources:
         sites, error = scan(source)
         if error:

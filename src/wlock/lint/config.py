@@ -16,6 +16,7 @@ from typing import Any
 from wlock.errors import InvalidFileError
 
 CODES: dict[str, str] = {
+    "WL001": "file cannot be read or parsed (its loads are unseen)",
     "WL101": "load without a pinned revision",
     "WL102": "revision is not a commit",
     "WL103": "revision differs from weights.lock",

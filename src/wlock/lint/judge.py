@@ -29,7 +29,7 @@ class Finding:
 
     @property
     def where(self) -> str:
-        place = self.path if self.cell is None else f"{self.path}[cell {self.cell}]"
+        place = self.path if self.cell is None else f"{self.path}:cell {self.cell}"
         return f"{place}:{self.line}:{self.col}"
 
 

@@ -60,8 +60,7 @@ def _github(report: LintReport) -> str:
 
 def _sarif(report: LintReport) -> str:
     rules = [
-        {"id": code, "name": code, "shortDescription": {"text": text},
-         "helpUri": "https://github.com/wlock/wlock#wlock-lint"}
+        {"id": code, "name": code, "shortDescription": {"text": text}}
         for code, text in CODES.items()
     ]
     results: list[dict[str, Any]] = []

@@ -124,8 +124,23 @@ def import_aliases(tree: ast.Module) -> dict[str, str]:
     return aliases
 
 
-def scan(source: Source) -> tuple[list[LoadSite], str | None]:
-    """The load sites in `source`, and a syntax error message if it does not parse."""
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A file (or notebook cell) wlock could not read or parse: its loads are unseen."""
+
+    path: str
+    cell: int | None
+    line: int
+    col: int
+    reason: str
+
+    def __str__(self) -> str:
+        place = self.path if self.cell is None else f"{self.path}:cell {self.cell}"
+        return f"{place}:{self.line}: {self.reason}"
+
+
+def scan(source: Source) -> tuple[list[LoadSite], Unreadable | None]:
+    """The load sites in `source`, and what kept it from being parsed, if anything."""
     maybe_aliased = {m.group(2) for m in _ALIAS.finditer(source.text)}
     lines = candidate_lines(source.text, maybe_aliased)
     if not lines:
@@ -133,7 +148,8 @@ def scan(source: Source) -> tuple[list[LoadSite], str | None]:
     try:
         tree = ast.parse(source.text)
     except SyntaxError as e:
-        return [], f"{source.where}:{e.lineno}: cannot parse: {e.msg}"
+        return [], Unreadable(source.path, source.cell, e.lineno or 1, e.offset or 1,
+                              f"cannot parse: {e.msg}")
     visitor = _Visitor(source, tree)
     if maybe_aliased:
         visitor.aliases = import_aliases(tree)

@@ -28,7 +28,7 @@ class Source:
 
     @property
     def where(self) -> str:
-        return self.path if self.cell is None else f"{self.path}[cell {self.cell}]"
+        return self.path if self.cell is None else f"{self.path}:cell {self.cell}"
 
 
 def mask_magics(text: str) -> str:
