@@ -349,3 +349,37 @@ def test_pre_commit_shapes_exclude_and_the_lock_itself(corpus: Path) -> None:
         by_lock = run_wlock("lint", "--format", "json", changed, cwd=corpus)
         assert by_lock.code == 1
         assert json.loads(by_lock.stdout) == json.loads(whole.stdout)
+
+
+def test_a_projects_own_loaders(tmp_path: Path) -> None:
+    """[[tool.wlock.lint.loaders]]: a project's own helpers are judged like the known loaders,
+    by the id and revision keywords it names (or none: the fix is the locked folder)."""
+    (tmp_path / "weights.toml").write_text(
+        '[[tool.wlock.lint.loaders]]\nname = "load_model"\nid = "model_id"\nrevision = "rev"\n'
+        '\n[[tool.wlock.lint.loaders]]\nname = "fetch_corpus"\nid = "name"\nposition = 1\n'
+        'revision = ""\nkind = "dataset"\n')
+    (tmp_path / "train.py").write_text(
+        "import wlock\n"
+        "from project.hub import fetch_corpus, load_model\n"
+        'a = load_model("acme/bert")\n'
+        'b = load_model(model_id="acme/bert", rev="main")\n'
+        f'c = load_model("acme/bert", rev="{BERT}")\n'
+        'd = fetch_corpus("config", "acme/squad")\n'
+        'e = fetch_corpus("config", wlock.snapshot_path("acme/squad", kind="dataset"))\n')
+    result = run_wlock("lint", cwd=tmp_path)
+    assert result.code == 1, result.stderr
+    assert result.stdout.splitlines() == [
+        'train.py:3:5: WL101 load_model() loads model "acme/bert" without a pinned rev; pin '
+        'it: add it to weights.toml, run `wlock lock`, then write rev=wlock.revision('
+        '"acme/bert")',
+        'train.py:4:5: WL102 load_model() loads model "acme/bert" with rev="main": a branch, '
+        'tag or short id, not a commit; pin it: add it to weights.toml, run `wlock lock`, then '
+        'write rev=wlock.revision("acme/bert")',
+        'train.py:6:5: WL101 fetch_corpus() loads dataset "acme/squad", which takes no '
+        'revision; pass the locked commit\'s folder: fetch_corpus(wlock.snapshot_path('
+        '"acme/squad"))',
+    ]
+    (tmp_path / "weights.toml").write_text(
+        '[[tool.wlock.lint.loaders]]\nname = "load_model"\nid = "model id"\n')
+    bad = run_wlock("lint", cwd=tmp_path)
+    assert bad.code == 4 and "tool.wlock.lint.loaders[0].id" in bad.stderr, bad.stderr

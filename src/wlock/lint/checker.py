@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from wlock.lint.config import LintSettings
+from wlock.lint.config import LintSettings, Loader
 from wlock.lint.judge import Finding, judge, suppressed
 from wlock.lint.scanner import LoadSite, Unreadable, scan
 from wlock.lint.sources import Source, iter_files, read_sources
@@ -45,7 +45,7 @@ def lint_paths(
     findings: list[Finding] = []
     errors: list[str] = []
     sites = 0
-    for found, lines_by_cell, file_errors in _scan_all(files):
+    for found, lines_by_cell, file_errors in _scan_all(files, settings.loaders):
         for problem in file_errors:
             errors.append(str(problem))
             # A file wlock cannot parse hides its loads: an error (WL001), not a silent pass.
@@ -70,13 +70,13 @@ def lint_paths(
 ScanResult = tuple[list[LoadSite], dict[int | None, list[str]], list[Unreadable]]
 
 
-def scan_file(path: Path, display: str) -> ScanResult:
+def scan_file(path: Path, display: str, loaders: tuple[Loader, ...] = ()) -> ScanResult:
     """Sites of one file, each source's lines (for suppression comments), and errors."""
     try:
         raw = path.read_text(encoding="utf-8", errors="replace")
     except OSError as e:
         return [], {}, [Unreadable(display, None, 1, 1, f"cannot read: {e.strerror}")]
-    if not any(t in raw for t in TRIGGERS):
+    if not any(t in raw for t in TRIGGERS) and not any(x.name in raw for x in loaders):
         return [], {}, []
     try:
         sources = read_sources(path, display) if path.suffix == ".ipynb" else [
@@ -88,7 +88,7 @@ def scan_file(path: Path, display: str) -> ScanResult:
     lines: dict[int | None, list[str]] = {}
     errors: list[Unreadable] = []
     for source in sources:
-        sites, error = scan(source)
+        sites, error = scan(source, loaders)
         if error:
             errors.append(error)
         if sites:
@@ -97,12 +97,13 @@ def scan_file(path: Path, display: str) -> ScanResult:
     return found, lines, errors
 
 
-def _scan_all(files: list[tuple[Path, str]]) -> Iterable[ScanResult]:
+def _scan_all(files: list[tuple[Path, str]], loaders: tuple[Loader, ...],
+              ) -> Iterable[ScanResult]:
     """Scan in worker processes when there is enough to share: parsing is CPU-bound and
     holds the GIL (the transformers source, 2,900 files, takes 11 s of `ast.parse`)."""
     workers = min(os.cpu_count() or 1, 8)
     if len(files) < PARALLEL_FROM or workers < 2 or not hasattr(os, "fork"):
-        return (scan_file(path, display) for path, display in files)
+        return (scan_file(path, display, loaders) for path, display in files)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -110,4 +111,5 @@ def _scan_all(files: list[tuple[Path, str]]) -> Iterable[ScanResult]:
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
     with pool:
         paths, displays = zip(*files, strict=True)
-        return list(pool.map(scan_file, paths, displays, chunksize=16))
+        return list(pool.map(scan_file, paths, displays, [loaders] * len(paths),
+                             chunksize=16))

@@ -4,6 +4,13 @@
     exclude = ["tests/fixtures/*", "scripts/legacy_*.py"]   # globs on paths
     fail-on-dynamic = false                                   # WL200 fails too when true
     severity = { WL104 = "warning", WL106 = "off" }           # error | warning | off
+
+    [[tool.wlock.lint.loaders]]        # a project's own loader, judged as the known ones
+    name = "load_model"                # the function (matched by its last name)
+    id = "model_id"                    # the keyword of the repo id ...
+    position = 0                       # ... and its position when passed positionally
+    revision = "revision"              # the keyword that pins it ("": it takes none)
+    kind = "model"                     # or "dataset"
 """
 
 from __future__ import annotations
@@ -26,7 +33,19 @@ CODES: dict[str, str] = {
     "WL200": "repo id or revision the linter cannot see",
 }
 SEVERITIES = ("error", "warning", "off")
-_KEYS = frozenset({"exclude", "fail-on-dynamic", "severity"})
+_KEYS = frozenset({"exclude", "fail-on-dynamic", "severity", "loaders"})
+_LOADER_KEYS = frozenset({"name", "id", "position", "revision", "kind"})
+
+
+@dataclass(frozen=True, slots=True)
+class Loader:
+    """A project's own function that loads from the Hub (`[[tool.wlock.lint.loaders]]`)."""
+
+    name: str
+    id: str
+    position: int = 0
+    revision: str = "revision"  # "" when it takes none: the pin is wlock.snapshot_path()
+    kind: str = "model"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +53,7 @@ class LintSettings:
     exclude: tuple[str, ...] = ()
     fail_on_dynamic: bool = False
     severity: dict[str, str] = field(default_factory=dict)
+    loaders: tuple[Loader, ...] = ()
 
     def level(self, code: str) -> str:
         if code in self.severity:
@@ -84,4 +104,31 @@ def _parse(path: str, table: Any) -> LintSettings:
             raise fail(f"severity.{code}", f"unknown code (known: {', '.join(CODES)})")
         if level not in SEVERITIES:
             raise fail(f"severity.{code}", f"must be one of {', '.join(SEVERITIES)}")
-    return LintSettings(exclude=tuple(exclude), fail_on_dynamic=dynamic, severity=dict(severity))
+    loaders = table.get("loaders", [])
+    if not isinstance(loaders, list):
+        raise fail("loaders", "must be an array of tables ([[tool.wlock.lint.loaders]])")
+    parsed = []
+    for i, raw in enumerate(loaders):
+        where = f"loaders[{i}]"
+        if not isinstance(raw, dict):
+            raise fail(where, "must be a table with name and id")
+        for key in raw:
+            if key not in _LOADER_KEYS:
+                raise fail(f"{where}.{key}",
+                           f"unknown key (known: {', '.join(sorted(_LOADER_KEYS))})")
+        for key in ("name", "id"):
+            if not isinstance(raw.get(key), str) or not raw[key].isidentifier():
+                raise fail(f"{where}.{key}", "must be a Python name (the function, and the "
+                           "keyword of its repo id)")
+        position = raw.get("position", 0)
+        if not isinstance(position, int) or isinstance(position, bool) or position < 0:
+            raise fail(f"{where}.position", "must be a position, 0 or more")
+        revision = raw.get("revision", "revision")
+        if not isinstance(revision, str) or (revision and not revision.isidentifier()):
+            raise fail(f"{where}.revision", 'must be a keyword name, or "" if it takes none')
+        kind = raw.get("kind", "model")
+        if kind not in ("model", "dataset"):
+            raise fail(f"{where}.kind", 'must be "model" or "dataset"')
+        parsed.append(Loader(raw["name"], raw["id"], position, revision, kind))
+    return LintSettings(exclude=tuple(exclude), fail_on_dynamic=dynamic, severity=dict(severity),
+                        loaders=tuple(parsed))

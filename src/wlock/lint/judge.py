@@ -80,7 +80,7 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
     instead = _instead(site, commit)
     # A variable's default: the value can change at run time, so nothing is rewritten.
     fixable = commit if site.literal and not (site.origin or rev.origin) else None
-    if rev.kind == "missing" and site.family == "FlagEmbedding":
+    if rev.kind == "missing" and site.family in ("FlagEmbedding", "project (no revision)"):
         # No revision parameter: the pin is the locked commit's folder, read offline.
         named = site.expr if site.expr else f'"{repo_id}"'
         return ("WL101", f"{what}, which takes no revision; pass the locked commit's folder: "

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from wlock.lint.config import Loader
 from wlock.lint.defaults import Defaults
 from wlock.lint.sources import Source
 from wlock.models import RepoKind
@@ -139,10 +140,13 @@ class Unreadable:
         return f"{place}:{self.line}: {self.reason}"
 
 
-def scan(source: Source) -> tuple[list[LoadSite], Unreadable | None]:
-    """The load sites in `source`, and what kept it from being parsed, if anything."""
+def scan(source: Source, loaders: Iterable[Loader] = ()) -> tuple[list[LoadSite],
+                                                                  Unreadable | None]:
+    """The load sites in `source` (with the project's own `loaders` too), and what kept it
+    from being parsed, if anything."""
+    own = {loader.name: loader for loader in loaders}
     maybe_aliased = {m.group(2) for m in _ALIAS.finditer(source.text)}
-    lines = candidate_lines(source.text, maybe_aliased)
+    lines = candidate_lines(source.text, maybe_aliased | set(own))
     if not lines:
         return [], None
     try:
@@ -151,6 +155,7 @@ def scan(source: Source) -> tuple[list[LoadSite], Unreadable | None]:
         return [], Unreadable(source.path, source.cell, e.lineno or 1, e.offset or 1,
                               f"cannot parse: {e.msg}")
     visitor = _Visitor(source, tree)
+    visitor.loaders = own
     if maybe_aliased:
         visitor.aliases = import_aliases(tree)
     # Only subtrees that span a candidate line are walked: on the transformers source this
@@ -204,6 +209,7 @@ class _Visitor:
         self.wlock_modules: set[str] = set()  # names bound to the wlock module
         self.wlock_revision: set[str] = set()  # names bound to wlock.revision
         self.aliases: dict[str, str] = {}  # local name -> loader name (`import … as …`)
+        self.loaders: dict[str, Loader] = {}  # the project's own ([tool.wlock.lint] loaders)
         if "wlock" not in source.text:
             return  # walking a whole tree for imports costs more than parsing it
         for node in ast.walk(tree):
@@ -327,7 +333,15 @@ class _Visitor:
         if isinstance(node.func, ast.Name) and name in self.aliases:
             name = self.aliases[name]
         receiver = _last_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
-        if name == "from_pretrained" and receiver is not None:
+        if name in self.loaders:
+            own = self.loaders[name]
+            own_kind: RepoKind = "dataset" if own.kind == "dataset" else "model"
+            repo = self._repo(self._arg(node, own.position, own.id))
+            if own.revision:
+                self._add(node, "project", repo, own_kind, own.revision)
+            else:
+                self._add(node, "project (no revision)", repo, own_kind)
+        elif name == "from_pretrained" and receiver is not None:
             self._from_pretrained(node, receiver)
         elif name == "pipeline":
             repo = self._repo(self._arg(node, 1, "model"))
