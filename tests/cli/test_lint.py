@@ -31,6 +31,11 @@ EXPECTED = [
     ("defaults_cases.py:53:5", "WL101", "acme/st", "revision"),
     ("defaults_cases.py:57:5", "WL103", "acme/coder", "revision"),
     ("defaults_cases.py:58:5", "WL101", "acme/tok", "revision"),
+    # Helpers that pass their parameter as the id, called from another module: judged at the
+    # call site's literal, naming the load it reaches (the WL200s inside them stay).
+    ("helper_calls.py:5:1", "WL101", "acme/llama", "revision"),
+    ("helper_calls.py:6:9", "WL101", "acme/bert", "revision"),
+    ("helper_calls.py:8:13", "WL102", "acme/tok", "revision"),
     ("hub_cases.py:12:10", "WL101", "acme/bert", "revision"),
     ("hub_cases.py:14:10", "WL102", "acme/bert", "revision"),
     ("hub_cases.py:15:14", "WL101", "acme/squad", "revision"),
@@ -73,6 +78,11 @@ EXPECTED = [
     ("hub_cases.py:83:25", "WL101", "acme/squad", "@"),
     ("hub_cases.py:84:26", "WL102", "acme/squad", "@"),
     ("notebook.ipynb:cell 3:1:9", "WL101", "acme/bert", "revision"),
+    ("pkg/hub_helpers.py:10:12", "WL200", None, "revision"),
+    ("pkg/hub_helpers.py:14:12", "WL200", None, "revision"),
+    ("pkg/hub_helpers.py:18:12", "WL200", None, "revision"),
+    ("pkg/hub_helpers.py:27:16", "WL200", None, "revision"),
+    ("pkg/hub_helpers.py:30:12", "WL101", "acme/bert", "revision"),
     ("transformers_cases.py:31:12", "WL101", "acme/bert", "revision"),
     ("transformers_cases.py:32:19", "WL101", "acme/bert", "revision"),
     ("transformers_cases.py:33:10", "WL102", "acme/bert", "revision"),
@@ -122,8 +132,8 @@ def test_every_family_gives_the_exact_findings(corpus: Path) -> None:
     assert result.code == 1
     assert findings(result) == EXPECTED
     report = json.loads(result.stdout)
-    assert report["files"] == 4  # excluded/ is skipped by [tool.wlock.lint] exclude
-    assert report["loads"] == 99
+    assert report["files"] == 6  # excluded/ is skipped by [tool.wlock.lint] exclude
+    assert report["loads"] == 109
 
 
 def test_text_output_says_what_to_write(corpus: Path) -> None:
@@ -148,7 +158,7 @@ def test_text_output_says_what_to_write(corpus: Path) -> None:
 
 def test_fix_then_lint_leaves_nothing_fixable_and_code_that_parses(corpus: Path) -> None:
     fixed = run_wlock("lint", "--fix", "--format", "json", cwd=corpus)
-    assert fixed.stderr.startswith("Fixed 47 findings in 3 files.")
+    assert fixed.stderr.startswith("Fixed 49 findings in 5 files.")
     again = run_wlock("lint", "--format", "json", cwd=corpus)
     left = findings(again)
     assert [f for f in json.loads(again.stdout)["findings"] if f["fix"]] == []
@@ -160,6 +170,8 @@ def test_fix_then_lint_leaves_nothing_fixable_and_code_that_parses(corpus: Path)
             if code in ("WL101", "WL102") and not where.startswith("defaults_cases.py")} == {
         "hub_cases.py:73", "hub_cases.py:74",  # FlagEmbedding: no revision parameter
         "hub_cases.py:83", "hub_cases.py:84",  # hf:// built with an f-string or +
+        "helper_calls.py:5",  # the helper passes no revision: it is the helper to change
+        "helper_calls.py:8",  # "main" is the helper's default: the caller's fix is a person's
     }
     for path in corpus.glob("*.py"):
         ast.parse(path.read_text())
@@ -237,8 +249,9 @@ def test_paths_are_relative_to_the_repository_wherever_lint_runs(corpus: Path) -
     sarif = json.loads(run_wlock("lint", "--format", "sarif", cwd=sub).stdout)
     uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
             for r in sarif["runs"][0]["results"]}
-    assert uris == {"corpus/defaults_cases.py", "corpus/hub_cases.py",
-                    "corpus/notebook.ipynb", "corpus/transformers_cases.py"}
+    assert uris == {"corpus/defaults_cases.py", "corpus/helper_calls.py", "corpus/hub_cases.py",
+                    "corpus/notebook.ipynb", "corpus/pkg/hub_helpers.py",
+                    "corpus/transformers_cases.py"}
     text = run_wlock("lint", "../notebook.ipynb", cwd=sub)
     assert text.stdout.startswith("corpus/notebook.ipynb:cell 3:1:9: WL101 ")  # as ruff
 

@@ -71,6 +71,8 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
     what = f'{call} loads {site.repo_kind} "{repo_id}"'
     if site.origin:
         what += f" ({site.origin})"
+    if site.via:
+        what += f" ({site.via})"
     if lock is not None and locked is None:
         named = rev.value if rev.kind == "wlock" else repo_id
         flag = " --dataset" if site.repo_kind == "dataset" else ""
@@ -80,6 +82,9 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
     instead = _instead(site, commit)
     # A variable's default: the value can change at run time, so nothing is rewritten.
     fixable = commit if site.literal and not (site.origin or rev.origin) else None
+    if rev.kind == "missing" and site.family == "helper (no revision)":
+        return ("WL101", f"{what} without a pinned revision; the helper passes none: write "
+                f"revision=wlock.revision({site.helper_param}) in its load", None)
     if rev.kind == "missing" and site.family in ("FlagEmbedding", "project (no revision)"):
         # No revision parameter: the pin is the locked commit's folder, read offline.
         named = site.expr if site.expr else f'"{repo_id}"'

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -82,6 +82,24 @@ class LoadSite:
     origin: str | None = None  # the id is a variable's default (see Repo)
     expr: str | None = None
     literal: bool = True  # False: a string built with + or an f-string (--fix leaves it)
+    via: str | None = None  # a helper's call: "through snapshot_download() at utils.py:12"
+    helper_param: str | None = None  # that helper's parameter holding the id
+
+
+@dataclass(frozen=True, slots=True)
+class Wrapper:
+    """A function of the project that passes one of its parameters as the id of a load:
+    its callers' literals are the ids (`snap_download_model("org/x")`)."""
+
+    name: str
+    module: str  # the file it is defined in, as a dotted path ("pkg.utils")
+    param: str
+    position: int | None  # None: keyword-only
+    kind: RepoKind
+    family: str
+    inner: str  # "snapshot_download() at utils.py:12"
+    revision: Revision  # what the load gets when the caller passes no revision
+    revision_param: str | None = None  # the helper's own parameter that becomes the revision
 
 
 # A line that could hold (part of) a load: a call we know by name, or a hub string. A file
@@ -144,27 +162,50 @@ def scan(source: Source, loaders: Iterable[Loader] = ()) -> tuple[list[LoadSite]
                                                                   Unreadable | None]:
     """The load sites in `source` (with the project's own `loaders` too), and what kept it
     from being parsed, if anything."""
+    sites, error, _ = scan_all(source, loaders)
+    return sites, error
+
+
+def scan_all(
+    source: Source, loaders: Iterable[Loader] = (), external: Iterable[Wrapper] = (),
+    module: str = "",
+) -> tuple[list[LoadSite], Unreadable | None, list[Wrapper]]:
+    """scan(), also following helpers: the load sites (with the calls of this file's helpers
+    and of the `external` ones it imports), the parse error, and the helpers it defines."""
     own = {loader.name: loader for loader in loaders}
+    imported = _imported_wrappers(source.text, external)
     maybe_aliased = {m.group(2) for m in _ALIAS.finditer(source.text)}
-    lines = candidate_lines(source.text, maybe_aliased | set(own))
+    lines = candidate_lines(source.text, maybe_aliased | set(own) | set(imported))
     if not lines:
-        return [], None
+        return [], None, []
     try:
         tree = ast.parse(source.text)
     except SyntaxError as e:
         return [], Unreadable(source.path, source.cell, e.lineno or 1, e.offset or 1,
-                              f"cannot parse: {e.msg}")
+                              f"cannot parse: {e.msg}"), []
     visitor = _Visitor(source, tree)
     visitor.loaders = own
     if maybe_aliased:
         visitor.aliases = import_aliases(tree)
-    # Only subtrees that span a candidate line are walked: on the transformers source this
-    # skips most of every file (measured: the walk went from 13 s to under 1 s).
+    _walk(tree, lines, visitor.visit_Call)
+    defined = _find_wrappers(tree, visitor.sites, module or source.path)
+    helpers = {**imported, **{w.name: w for w in defined}}
+    if helpers:
+        # A second, narrow walk: the calls of the helpers, each a load of its literal.
+        visitor.wrappers = helpers
+        _walk(tree, candidate_lines(source.text, helpers), visitor.visit_helper_call)
+    visitor.sites.sort(key=lambda s: (s.line, s.col, s.param))
+    return visitor.sites, None, defined
+
+
+def _walk(tree: ast.Module, lines: list[int], visit: Callable[[ast.Call], None]) -> None:
+    """Visit the calls of the subtrees that span one of `lines`: on the transformers source
+    this skips most of every file (measured: the walk went from 13 s to under 1 s)."""
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
         if isinstance(node, ast.Call):
-            visitor.visit_Call(node)
+            visit(node)
         for child in ast.iter_child_nodes(node):
             end = getattr(child, "end_lineno", None)
             if end is not None:
@@ -173,8 +214,76 @@ def scan(source: Source, loaders: Iterable[Loader] = ()) -> tuple[list[LoadSite]
                 if i == len(lines) or lines[i] > end:
                     continue
             stack.append(child)
-    visitor.sites.sort(key=lambda s: (s.line, s.col, s.param))
-    return visitor.sites, None
+
+
+def _find_wrappers(tree: ast.Module, sites: list[LoadSite], module: str) -> list[Wrapper]:
+    """The functions that pass a parameter of theirs, unchanged, as a load's id."""
+    passed = [s for s in sites if s.repo_id is None and s.expr and s.expr.isidentifier()
+              and not s.default_model]
+    if not passed:
+        return []
+    found: dict[str, Wrapper] = {}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        positional = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+        if positional[:1] in (["self"], ["cls"]):
+            continue  # methods: their callers are not matched by name
+        names = positional + [a.arg for a in fn.args.kwonlyargs]
+        defaults = _parameter_defaults(fn)
+        end = fn.end_lineno or fn.lineno
+        for site in passed:
+            if not (fn.lineno <= site.line <= end and site.expr in names):
+                continue
+            assert site.expr is not None
+            rev = site.revision
+            revision_param = None
+            if rev.kind == "wlock":
+                continue  # wlock.revision(<the parameter>): pinned for every caller
+            if rev.expr in names:  # the helper's own parameter (with or without a default)
+                revision_param = rev.expr
+                default = defaults.get(revision_param)
+                rev = (Revision("missing") if default is None else Revision(
+                    "commit" if _COMMIT.match(default) else "literal", default,
+                    f"the default of {fn.name}()'s {revision_param}"))
+            elif rev.kind == "dynamic":
+                continue  # a revision from elsewhere: nothing to say about its callers
+            found.setdefault(fn.name, Wrapper(
+                name=fn.name, module=module, param=site.expr,
+                position=positional.index(site.expr) if site.expr in positional else None,
+                kind=site.repo_kind, family=site.family,
+                inner=f"{site.call}() at {site.path.rsplit('/', 1)[-1]}:{site.line}",
+                revision=rev, revision_param=revision_param))
+    return list(found.values())
+
+
+def _parameter_defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, str | None]:
+    """Each parameter with a default: its literal string, or None for any other default."""
+    out: dict[str, str | None] = {}
+    positional = [*fn.args.posonlyargs, *fn.args.args]
+    pairs = [*zip(positional[len(positional) - len(fn.args.defaults):], fn.args.defaults,
+                  strict=True),
+             *((a, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True)
+               if d is not None)]
+    for arg, default in pairs:
+        literal = (default.value if isinstance(default, ast.Constant)
+                   and isinstance(default.value, str) else None)
+        out[arg.arg] = literal
+    return out
+
+
+def _imported_wrappers(text: str, external: Iterable[Wrapper]) -> dict[str, Wrapper]:
+    """The helpers of other files this one imports by name (`from pkg.utils import load`,
+    `from .utils import load`): matched by the module's last part and the name."""
+    out: dict[str, Wrapper] = {}
+    for w in external:
+        if f"{w.name}(" not in text:
+            continue
+        stem = w.module.rsplit(".", 1)[-1]
+        if re.search(rf"^\s*from\s+[\w.]*\b{re.escape(stem)}\s+import\s[^#\n]*\b"
+                     rf"{re.escape(w.name)}\b", text, re.M):
+            out[w.name] = w
+    return out
 
 
 def _last_name(node: ast.expr) -> str | None:
@@ -210,6 +319,7 @@ class _Visitor:
         self.wlock_revision: set[str] = set()  # names bound to wlock.revision
         self.aliases: dict[str, str] = {}  # local name -> loader name (`import … as …`)
         self.loaders: dict[str, Loader] = {}  # the project's own ([tool.wlock.lint] loaders)
+        self.wrappers: dict[str, Wrapper] = {}  # helpers that pass a parameter as an id
         if "wlock" not in source.text:
             return  # walking a whole tree for imports costs more than parsing it
         for node in ast.walk(tree):
@@ -290,8 +400,9 @@ class _Visitor:
         default = self._default(node)
         if default is not None:
             text, origin = default
-            return Revision("commit" if _COMMIT.match(text) else "literal", text, origin)
-        return Revision("dynamic")
+            return Revision("commit" if _COMMIT.match(text) else "literal", text, origin,
+                            expr=ast.unparse(node))
+        return Revision("dynamic", expr=ast.unparse(node))
 
     def _is_wlock_revision(self, func: ast.expr) -> bool:
         if isinstance(func, ast.Name):
@@ -384,6 +495,32 @@ class _Visitor:
             self._add(node, "vllm", self._repo(tokenizer) if tokenizer else repo, "model",
                       "tokenizer_revision")
         self._hub_strings(node)
+
+    def visit_helper_call(self, node: ast.Call) -> None:
+        """A call of a helper (Wrapper): a load of the id its caller passes."""
+        if not isinstance(node.func, ast.Name | ast.Attribute):
+            return
+        helper = self.wrappers.get(_last_name(node.func) or "")
+        if helper is None or (isinstance(node.func, ast.Attribute) and isinstance(
+                node.func.value, ast.Name) and node.func.value.id in ("self", "cls")):
+            return
+        repo = self._repo(self._arg(node, helper.position, helper.param))
+        state, repo_id, origin, expr = repo
+        if state not in ("literal",):
+            return  # dynamic here too: the warning inside the helper says it
+        param, revision = "revision", helper.revision
+        if helper.revision_param is not None:
+            param = helper.revision_param
+            if self._arg(node, None, param) is not None:
+                revision = self._revision(node, param)
+        family = helper.family if helper.revision_param else "helper (no revision)"
+        self.sites.append(LoadSite(
+            path=self.source.path, cell=self.source.cell, line=node.lineno,
+            col=self._col(node), end_line=node.end_lineno or node.lineno,
+            call=_dotted(node.func), family=family, repo_id=repo_id, repo_kind=helper.kind,
+            param=param, revision=revision, origin=origin, expr=expr,
+            via=f"through {helper.inner}", helper_param=helper.param,
+        ))
 
     def _from_pretrained(self, node: ast.Call, receiver: str) -> None:
         if receiver.startswith("PeftModel"):
