@@ -80,6 +80,12 @@ def main() -> None:
           f"{hop['judged']} judged by a literal default ({hop['judged_codes']}, plus "
           f"{hop['pinned']} pinned), {hop['local']} local paths by default, "
           f"{hop['after']} still dynamic")
+    helper_codes: dict[str, int] = {}
+    for f in w_report["findings"]:
+        if "(through " in f["message"]:
+            helper_codes[f["code"]] = helper_codes.get(f["code"], 0) + 1
+    print(f"calls of helpers that pass their parameter as the id, judged at the caller's "
+          f"literal: {sum(helper_codes.values())} findings {helper_codes}")
 
 
 def one_hop(tree: Path) -> dict[str, object]:

@@ -36,6 +36,9 @@ EXPECTED = [
     ("helper_calls.py:5:1", "WL101", "acme/llama", "revision"),
     ("helper_calls.py:6:9", "WL101", "acme/bert", "revision"),
     ("helper_calls.py:8:13", "WL102", "acme/tok", "revision"),
+    # Repo ids in constants imported from the project's settings module (pins too).
+    ("helper_calls.py:18:8", "WL101", "acme/bert", "revision"),
+    ("helper_calls.py:20:14", "WL101", "acme/squad", "revision"),
     ("hub_cases.py:12:10", "WL101", "acme/bert", "revision"),
     ("hub_cases.py:14:10", "WL102", "acme/bert", "revision"),
     ("hub_cases.py:15:14", "WL101", "acme/squad", "revision"),
@@ -132,8 +135,8 @@ def test_every_family_gives_the_exact_findings(corpus: Path) -> None:
     assert result.code == 1
     assert findings(result) == EXPECTED
     report = json.loads(result.stdout)
-    assert report["files"] == 6  # excluded/ is skipped by [tool.wlock.lint] exclude
-    assert report["loads"] == 109
+    assert report["files"] == 7  # excluded/ is skipped by [tool.wlock.lint] exclude
+    assert report["loads"] == 112
 
 
 def test_text_output_says_what_to_write(corpus: Path) -> None:
@@ -158,7 +161,7 @@ def test_text_output_says_what_to_write(corpus: Path) -> None:
 
 def test_fix_then_lint_leaves_nothing_fixable_and_code_that_parses(corpus: Path) -> None:
     fixed = run_wlock("lint", "--fix", "--format", "json", cwd=corpus)
-    assert fixed.stderr.startswith("Fixed 49 findings in 5 files.")
+    assert fixed.stderr.startswith("Fixed 51 findings in 5 files.")
     again = run_wlock("lint", "--format", "json", cwd=corpus)
     left = findings(again)
     assert [f for f in json.loads(again.stdout)["findings"] if f["fix"]] == []

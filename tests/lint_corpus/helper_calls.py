@@ -9,3 +9,12 @@ tokenizer = load_tokenizer("acme/tok")
 safe = load_pinned("acme/bert")
 registry = Registry().load("acme/bert")
 local = load_backbone("./checkpoints/last")
+
+# Constants imported from another module of the project: the ids and pins they hold.
+from pkg.settings import BASE_MODEL, BASE_REVISION, EVAL_SET
+from transformers import AutoModel
+from datasets import load_dataset
+
+base = AutoModel.from_pretrained(BASE_MODEL)
+base_pinned = AutoModel.from_pretrained(BASE_MODEL, revision=BASE_REVISION)
+evaluation = load_dataset(EVAL_SET, split="test")

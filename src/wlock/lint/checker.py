@@ -10,7 +10,14 @@ from pathlib import Path
 
 from wlock.lint.config import LintSettings, Loader
 from wlock.lint.judge import Finding, judge, suppressed
-from wlock.lint.scanner import LoadSite, Unreadable, Wrapper, scan_all
+from wlock.lint.scanner import (
+    Exported,
+    LoadSite,
+    Unreadable,
+    Wrapper,
+    exported_constants,
+    scan_all,
+)
 from wlock.lint.sources import Source, iter_files, read_sources
 from wlock.models import Lock
 
@@ -45,17 +52,19 @@ def lint_paths(
     findings: list[Finding] = []
     errors: list[str] = []
     sites = 0
-    results = list(_scan_all(files, settings.loaders, ()))
+    results = list(_scan_all(files, settings.loaders, (), ()))
     helpers = tuple(w for result in results for w in result[3])
-    if helpers:
-        # Helpers that pass their parameter as an id: the files that call one of another
-        # file's by name are scanned again, following it to the literal at the call site.
-        names = tuple(f"{w.name}(" for w in helpers)
+    constants = tuple(c for result in results for c in result[4])
+    if helpers or constants:
+        # What other files of the project export (helpers that pass their parameter as an
+        # id, repo ids and commits in module constants): the files that import one are
+        # scanned again, following it to the literal.
+        names = tuple({w.name for w in helpers} | {c.name for c in constants})
         again = [i for i, (path, _) in enumerate(files) if _mentions(path, names)]
-        redone = _scan_all([files[i] for i in again], settings.loaders, helpers)
+        redone = _scan_all([files[i] for i in again], settings.loaders, helpers, constants)
         for i, result in zip(again, redone, strict=True):
             results[i] = result
-    for found, lines_by_cell, file_errors, _ in results:
+    for found, lines_by_cell, file_errors, _, _ in results:
         for problem in file_errors:
             errors.append(str(problem))
             # A file wlock cannot parse hides its loads: an error (WL001), not a silent pass.
@@ -78,59 +87,63 @@ def lint_paths(
 
 
 ScanResult = tuple[list[LoadSite], dict[int | None, list[str]], list[Unreadable],
-                   list[Wrapper]]
+                   list[Wrapper], list[Exported]]
 
 
-def _mentions(path: Path, calls: tuple[str, ...]) -> bool:
+def _mentions(path: Path, names: tuple[str, ...]) -> bool:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return False
-    return any(call in text for call in calls)
+    return "import" in text and any(name in text for name in names)
 
 
 def scan_file(path: Path, display: str, loaders: tuple[Loader, ...] = (),
-              helpers: tuple[Wrapper, ...] = ()) -> ScanResult:
-    """Sites of one file, each source's lines (for suppression comments), errors, and the
-    helpers it defines. `helpers`: other files' helpers, followed where this one imports
-    them."""
+              helpers: tuple[Wrapper, ...] = (),
+              constants: tuple[Exported, ...] = ()) -> ScanResult:
+    """Sites of one file, each source's lines (for suppression comments), errors, and what
+    it exports (helpers it defines, repo ids and commits in module constants). `helpers`
+    and `constants`: other files', followed where this one imports them."""
     try:
         raw = path.read_text(encoding="utf-8", errors="replace")
     except OSError as e:
-        return [], {}, [Unreadable(display, None, 1, 1, f"cannot read: {e.strerror}")], []
+        return [], {}, [Unreadable(display, None, 1, 1, f"cannot read: {e.strerror}")], [], []
+    module = display.removesuffix(".py").replace(os.sep, ".").lstrip(".")
+    exported = exported_constants(raw, module) if path.suffix == ".py" else []
     if (not any(t in raw for t in TRIGGERS) and not any(x.name in raw for x in loaders)
             and not any(f"{w.name}(" in raw for w in helpers)):
-        return [], {}, [], []
+        return [], {}, [], [], exported
     try:
         sources = read_sources(path, display) if path.suffix == ".ipynb" else [
             Source(display, raw)
         ]
     except ValueError as e:  # a notebook that is not JSON
         return [], {}, [Unreadable(display, None, 1, 1,
-                                   f"cannot read the notebook: {e}")], []
+                                   f"cannot read the notebook: {e}")], [], []
     found: list[LoadSite] = []
     lines: dict[int | None, list[str]] = {}
     errors: list[Unreadable] = []
     defined: list[Wrapper] = []
-    module = display.removesuffix(".py").replace(os.sep, ".").lstrip(".")
     for source in sources:
-        sites, error, wrappers = scan_all(source, loaders, helpers, module)
+        sites, error, wrappers = scan_all(source, loaders, helpers, module, constants)
         defined.extend(wrappers)
         if error:
             errors.append(error)
         if sites:
             found.extend(sites)
             lines[source.cell] = source.text.split("\n")
-    return found, lines, errors, defined
+    return found, lines, errors, defined, exported
 
 
 def _scan_all(files: list[tuple[Path, str]], loaders: tuple[Loader, ...],
-              helpers: tuple[Wrapper, ...]) -> Iterable[ScanResult]:
+              helpers: tuple[Wrapper, ...], constants: tuple[Exported, ...],
+              ) -> Iterable[ScanResult]:
     """Scan in worker processes when there is enough to share: parsing is CPU-bound and
     holds the GIL (the transformers source, 2,900 files, takes 11 s of `ast.parse`)."""
     workers = min(os.cpu_count() or 1, 8)
     if len(files) < PARALLEL_FROM or workers < 2 or not hasattr(os, "fork"):
-        return (scan_file(path, display, loaders, helpers) for path, display in files)
+        return (scan_file(path, display, loaders, helpers, constants)
+                for path, display in files)
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -139,4 +152,4 @@ def _scan_all(files: list[tuple[Path, str]], loaders: tuple[Loader, ...],
     with pool:
         paths, displays = zip(*files, strict=True)
         return list(pool.map(scan_file, paths, displays, [loaders] * len(paths),
-                             [helpers] * len(paths), chunksize=16))
+                             [helpers] * len(paths), [constants] * len(paths), chunksize=16))

@@ -87,6 +87,28 @@ class LoadSite:
 
 
 @dataclass(frozen=True, slots=True)
+class Exported:
+    """A module-level string another file may import: a repo id or a commit."""
+
+    name: str
+    module: str
+    value: str
+
+
+# `NAME = "org/name"` or `NAME: str = "<40 hex>"` at the start of a line: found in the text,
+# so a file that only holds constants (a config.py) costs no parse.
+_EXPORTED = re.compile(
+    r"^([A-Za-z_]\w*)\s*(?::\s*\w+\s*)?=\s*"  # NAME (: type) =
+    r"""["']([\w\-.]{1,96}/[\w\-.]{1,96}|[0-9a-f]{40})["']\s*(?:\#.*)?$""",  # "org/x"
+    re.M,
+)
+
+
+def exported_constants(text: str, module: str) -> list[Exported]:
+    return [Exported(m.group(1), module, m.group(2)) for m in _EXPORTED.finditer(text)]
+
+
+@dataclass(frozen=True, slots=True)
 class Wrapper:
     """A function of the project that passes one of its parameters as the id of a load:
     its callers' literals are the ids (`snap_download_model("org/x")`)."""
@@ -168,12 +190,16 @@ def scan(source: Source, loaders: Iterable[Loader] = ()) -> tuple[list[LoadSite]
 
 def scan_all(
     source: Source, loaders: Iterable[Loader] = (), external: Iterable[Wrapper] = (),
-    module: str = "",
+    module: str = "", constants: Iterable[Exported] = (),
 ) -> tuple[list[LoadSite], Unreadable | None, list[Wrapper]]:
     """scan(), also following helpers: the load sites (with the calls of this file's helpers
-    and of the `external` ones it imports), the parse error, and the helpers it defines."""
+    and of the `external` ones it imports, and other files' `constants` it imports), the
+    parse error, and the helpers it defines."""
     own = {loader.name: loader for loader in loaders}
-    imported = _imported_wrappers(source.text, external)
+    imported = {w.name: w for w in external if _imports(source.text, w.module, w.name)
+                and f"{w.name}(" in source.text}
+    imported_constants = {c.name: c.value for c in constants
+                          if _imports(source.text, c.module, c.name)}
     maybe_aliased = {m.group(2) for m in _ALIAS.finditer(source.text)}
     lines = candidate_lines(source.text, maybe_aliased | set(own) | set(imported))
     if not lines:
@@ -184,6 +210,7 @@ def scan_all(
         return [], Unreadable(source.path, source.cell, e.lineno or 1, e.offset or 1,
                               f"cannot parse: {e.msg}"), []
     visitor = _Visitor(source, tree)
+    visitor.constants = {**imported_constants, **visitor.constants}
     visitor.loaders = own
     if maybe_aliased:
         visitor.aliases = import_aliases(tree)
@@ -272,18 +299,13 @@ def _parameter_defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str,
     return out
 
 
-def _imported_wrappers(text: str, external: Iterable[Wrapper]) -> dict[str, Wrapper]:
-    """The helpers of other files this one imports by name (`from pkg.utils import load`,
-    `from .utils import load`): matched by the module's last part and the name."""
-    out: dict[str, Wrapper] = {}
-    for w in external:
-        if f"{w.name}(" not in text:
-            continue
-        stem = w.module.rsplit(".", 1)[-1]
-        if re.search(rf"^\s*from\s+[\w.]*\b{re.escape(stem)}\s+import\s[^#\n]*\b"
-                     rf"{re.escape(w.name)}\b", text, re.M):
-            out[w.name] = w
-    return out
+def _imports(text: str, module: str, name: str) -> bool:
+    """Whether `text` imports `name` from `module` (`from pkg.utils import load`, `from
+    .utils import load, other`): matched by the module's last part and the name."""
+    stem = module.rsplit(".", 1)[-1]
+    return name in text and re.search(
+        rf"^\s*from\s+[\w.]*\b{re.escape(stem)}\s+import\s[^#\n]*\b{re.escape(name)}\b",
+        text, re.M) is not None
 
 
 def _last_name(node: ast.expr) -> str | None:
