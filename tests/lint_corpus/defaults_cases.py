@@ -56,3 +56,10 @@ def serve(model_id: str) -> None:
 def evaluate(checkpoint="acme/coder", *, tokenizer_id: str = "acme/tok") -> None:
     AutoModel.from_pretrained(checkpoint, revision="ba6c43ee4ee85e80e4e6a9f8c2bca7f3a7aa5c1a")
     AutoTokenizer.from_pretrained(tokenizer_id)
+
+
+class Scorer:
+    model_id = "acme/st"  # metadata the class keeps and passes on
+
+    def load(self) -> None:
+        AutoModel.from_pretrained(self.model_id)

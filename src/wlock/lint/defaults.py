@@ -5,6 +5,7 @@ those variables have a literal default close by, in the same file:
 
     parser.add_argument("--model", default="org/x")          args.model
     model_name_or_path: str = field(default="org/x")         model_args.model_name_or_path
+    class Meta: model_id = "org/x"                           self.meta.model_id
     @click.option("--model-name", default="org/x")           model_name   (in that function)
     def main(model="org/x"): ...                             model        (in that function)
     os.environ.get("MODEL", "org/x") / os.getenv(...)        inline, or a module constant
@@ -77,17 +78,25 @@ class Defaults:
                                            f"line {call.lineno}"))
 
     def _class_fields(self, cls: ast.ClassDef) -> None:
+        """Dataclass fields (`name: str = field(default=...)`) and plain class attributes
+        (`model_id = "org/x"`, metadata a class keeps and passes on)."""
         for stmt in cls.body:
-            if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                    and stmt.value is not None):
+            target: ast.expr
+            if isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+                target, value_node = stmt.target, stmt.value
+            elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                target, value_node = stmt.targets[0], stmt.value
+            else:
                 continue
-            value = _string(stmt.value)
-            if value is None and isinstance(stmt.value, ast.Call) and _name(
-                    stmt.value.func) == "field":
-                value = _keyword_string(stmt.value, "default")
+            if not isinstance(target, ast.Name):
+                continue
+            value = _string(value_node)
+            if value is None and isinstance(value_node, ast.Call) and _name(
+                    value_node.func) == "field":
+                value = _keyword_string(value_node, "default")
             if value is not None:
-                _put(self._fields, stmt.target.id, Resolved(
-                    value, f"the default of {cls.name}.{stmt.target.id}, line {stmt.lineno}"))
+                _put(self._fields, target.id, Resolved(
+                    value, f"the default of {cls.name}.{target.id}, line {stmt.lineno}"))
 
     def _function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         params: dict[str, Resolved] = {}
