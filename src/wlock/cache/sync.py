@@ -475,6 +475,17 @@ def _download_all(
                     break
                 except IntegrityError as e:
                     report(job, -f.size)
+                    if e.actual_hash == f.etag:
+                        # The very bytes the lock's hash names, at another size: it is the
+                        # lock's size that is wrong (edited by hand), not the download.
+                        raise IntegrityFailure(
+                            f"{repo.kind} {repo.id}: {f.path}: weights.lock says {f.size} "
+                            f"bytes, but the bytes with its {f.hash_kind} {f.etag} are "
+                            f"{e.actual_size} bytes",
+                            hint="The lock's size was edited (a lock is generated, never "
+                            "edited): restore it from version control, or run `wlock lock` "
+                            "to write it again.",
+                        ) from None
                     if attempt == 2:
                         raise IntegrityFailure(
                             f"{repo.kind} {repo.id}: {f.path}: downloaded bytes do not match "

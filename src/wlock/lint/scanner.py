@@ -11,6 +11,11 @@ callee), so `transformers.AutoModel.from_pretrained`, `AutoModel.from_pretrained
   hop behind it when there is one (`args.model` and `--model`'s default: lint.defaults),
   else reported in its own category.
 
+A function that passes one of its parameters, unchanged, as a load's id is a helper
+(`Wrapper`): each call of it with a literal is a load of that literal, in this file and, by
+import, in the project's other files (lint.checker runs that second pass). Repo ids and
+commits in another file's module constants count where they are imported.
+
 A revision is pinned when it is a 40-hex literal, a module-level constant holding one, or
 `wlock.revision("org/name")`.
 """
