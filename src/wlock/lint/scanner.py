@@ -250,8 +250,10 @@ def _walk(tree: ast.Module, lines: list[int], visit: Callable[[ast.Call], None])
 
 def _find_wrappers(tree: ast.Module, sites: list[LoadSite], module: str) -> list[Wrapper]:
     """The functions that pass a parameter of theirs, unchanged, as a load's id."""
-    passed = [s for s in sites if s.repo_id is None and s.expr and s.expr.isidentifier()
-              and not s.default_model]
+    # In the order they are written: a helper with several loads is described by its first.
+    passed = sorted((s for s in sites if s.repo_id is None and s.expr
+                     and s.expr.isidentifier() and not s.default_model),
+                    key=lambda s: (s.line, s.col))
     if not passed:
         return []
     found: dict[str, Wrapper] = {}
