@@ -62,12 +62,6 @@ def info(message: str) -> None:
         click.echo(message, err=True)
 
 
-def detail(message: str) -> None:
-    """A line per file and the like: shown only with -v."""
-    if verbosity() >= 1:
-        click.echo(message, err=True)
-
-
 def warn(message: str, *, label: str = "warning") -> None:
     """Something the user should know (`label`: "warning" or "note"): hidden by -qq."""
     if verbosity() >= -1:

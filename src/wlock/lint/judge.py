@@ -80,7 +80,8 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
                 f"{named}{flag}` and `wlock lock`", None)
     commit = locked.revision if locked else None
     instead = _instead(site, commit)
-    # A variable's default: the value can change at run time, so nothing is rewritten.
+    # Rewritten only where the call itself holds the literal: not a variable's default (it
+    # can change at run time), not a string built with + or an f-string.
     fixable = commit if site.literal and not (site.origin or rev.origin) else None
     if rev.kind == "missing" and site.family == "helper (no revision)":
         return ("WL101", f"{what} without a pinned revision; the helper passes none: write "
