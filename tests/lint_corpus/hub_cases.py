@@ -88,3 +88,12 @@ pinned_fstring = pd.read_parquet(f"hf://datasets/acme/squad@{SQUAD_COMMIT}/data/
 
 def read(named):  # the id is not written out: not a load wlock can name
     return pd.read_parquet(f"hf://datasets/acme/{named}/data/train.parquet")
+
+
+# FlagEmbedding's newer entry point, and an id from the environment with a default.
+import os
+
+from FlagEmbedding import FlagAutoModel
+
+auto = FlagAutoModel.from_finetuned("acme/st", use_fp16=True)
+m3_env = BGEM3FlagModel(model_name_or_path=os.getenv("BGE_MODEL_PATH", "acme/st"), use_fp16=True)

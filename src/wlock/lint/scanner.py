@@ -134,12 +134,14 @@ class Wrapper:
 CANDIDATE = re.compile(
     r"\b(?:from_pretrained|pipeline|hf_hub_download|snapshot_download|load_dataset"
     r"|load_dataset_builder|SentenceTransformer|CrossEncoder|SparseEncoder|LLM"
-    r"|FlagModel|BGEM3FlagModel|FlagReranker|FlagLLMReranker|FlagICLModel|get_tokenizer"
+    r"|FlagModel|BGEM3FlagModel|FlagReranker|FlagLLMReranker|FlagICLModel|from_finetuned"
+    r"|get_tokenizer"
     r"|model_info|dataset_info|repo_info|get_safetensors_metadata)\s*\(|hf-hub:|hf_hub:|hf://"
 )
 # Hub metadata calls: they resolve a ref to a commit, so an unpinned one moves with it.
 METADATA = frozenset({"model_info", "dataset_info", "repo_info", "get_safetensors_metadata"})
-# FlagEmbedding's models take an id and no revision: the pin is the locked snapshot's folder.
+# FlagEmbedding's models take an id and no revision (FlagAutoModel.from_finetuned too): the pin
+# is the locked snapshot's folder.
 FLAG_EMBEDDING = frozenset({"FlagModel", "BGEM3FlagModel", "FlagReranker", "FlagLLMReranker",
                             "FlagICLModel"})
 
@@ -507,7 +509,8 @@ class _Visitor:
                                        or repo_type == "dataset" else "model")
                 self._add(node, "huggingface_hub", self._repo(self._arg(node, 0, "repo_id")),
                           meta_kind)
-        elif name in FLAG_EMBEDDING:
+        elif name in FLAG_EMBEDDING or (name == "from_finetuned"
+                                        and (receiver or "").startswith("FlagAuto")):
             self._add(node, "FlagEmbedding",
                       self._repo(self._arg(node, 0, "model_name_or_path")), "model")
         elif name == "get_tokenizer" and self.vllm:
