@@ -65,6 +65,20 @@ def test_render_is_sorted_and_byte_stable() -> None:
     assert render_lock(LOCK) == GOLDEN
 
 
+def test_a_repo_with_no_files_keeps_the_repos_after_it(tmp_path: Path) -> None:
+    """Include globs can match nothing: that repo is `files = []`, and every repo after it
+    is still written (a mutant that stopped rendering there survived the suite once)."""
+    empty = LockedRepo(kind="model", id="acme/aaa-empty", requested="main", revision=COMMIT_B,
+                       files=(), include=("*.onnx",))
+    lock = Lock(manifest_digest=LOCK.manifest_digest, repos=(empty, *LOCK.repos))
+    text = render_lock(lock)
+    assert 'id = "acme/aaa-empty"' in text and "files = []" in text
+    path = tmp_path / "weights.lock"
+    write_lock(path, lock)
+    assert sorted(r.id for r in read_lock(path).repos) == [
+        "acme/aaa-empty", "acme/squad", "acme/tiny-bert"]
+
+
 def test_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "weights.lock"
     assert write_lock(path, LOCK)
