@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
-from wlock.cache.layout import publish_blob
+from wlock.cache.layout import _Leases, publish_blob
 
 
 def test_a_published_blob_is_never_replaced(tmp_path: Path) -> None:
@@ -67,3 +69,24 @@ def test_a_waiter_sees_the_holders_progress_and_takes_its_published_blob(
     waiter.join(10)
     assert outcome == [False]  # published by the holder: nothing left to fetch
     assert seen == sorted(seen) and seen[-1] == f.size and len(seen) >= 2, seen
+
+
+def test_leases_renew_what_they_hold_and_forget_it_after(tmp_path: Path) -> None:
+    """A live sync's temp file is touched while held, so another node's clean-up sees it
+    alive; once released (nested holds too) it is forgotten, not renewed forever. Two
+    mutations survived the suite here once: the renewer never started, and a count that
+    never reached zero."""
+    leases = _Leases(period=0.05)
+    temp = tmp_path / ".blob.wlock-incomplete"
+    temp.write_bytes(b"x")
+    old = time.time() - 1000
+    os.utime(temp, (old, old))
+    with leases.hold(temp):
+        with leases.hold(temp):  # two files of one sync with the same blob
+            pass
+        assert leases.held() == [str(temp)]
+        deadline = time.monotonic() + 10
+        while temp.stat().st_mtime < old + 500:
+            assert time.monotonic() < deadline, "the held temp file was never renewed"
+            time.sleep(0.02)
+    assert leases.held() == []

@@ -79,6 +79,20 @@ def test_a_repo_with_no_files_keeps_the_repos_after_it(tmp_path: Path) -> None:
         "acme/aaa-empty", "acme/squad", "acme/tiny-bert"]
 
 
+def test_a_lock_that_cannot_be_read_is_an_invalid_file_not_a_crash(tmp_path: Path) -> None:
+    """Missing, or a folder: each an InvalidFileError (exit 4) naming the path (a folder was a
+    traceback; a mutation that let read errors through survived the suite once)."""
+    with pytest.raises(InvalidFileError) as missing:
+        read_lock(tmp_path / "weights.lock")
+    assert missing.value.message.endswith("weights.lock: not found")
+    assert "wlock lock" in (missing.value.hint or "")
+    folder = tmp_path / "folder.lock"
+    folder.mkdir()
+    with pytest.raises(InvalidFileError) as is_folder:
+        read_lock(folder)
+    assert "is a folder, not a file" in is_folder.value.message
+
+
 def test_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "weights.lock"
     assert write_lock(path, LOCK)

@@ -304,10 +304,16 @@ class _Leases:
     """This process's temp blobs and staging folders, renewed (mtime touched) every
     LEASE / 4 seconds by one thread while they are registered."""
 
-    def __init__(self) -> None:
+    def __init__(self, period: float | None = None) -> None:
+        self._period = period  # seconds between renewals; None: LEASE / 4
         self._paths: dict[str, int] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+
+    def held(self) -> list[str]:
+        """The paths registered now."""
+        with self._lock:
+            return list(self._paths)
 
     @contextlib.contextmanager
     def hold(self, path: Path) -> Iterator[None]:
@@ -328,7 +334,7 @@ class _Leases:
 
     def _renew(self) -> None:
         while True:
-            time.sleep(LEASE / 4)
+            time.sleep(self._period if self._period is not None else LEASE / 4)
             with self._lock:
                 paths = list(self._paths)
             for path in paths:

@@ -25,6 +25,13 @@ def read_toml(
             text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InvalidFileError(display, "not found", hint=missing) from None
+    except IsADirectoryError:
+        raise InvalidFileError(display, "is a folder, not a file",
+                               hint="Name the file itself, not a folder ($WLOCK_LOCK, "
+                               "--lock).") from None
+    except OSError as e:  # permissions, an I/O error
+        raise InvalidFileError(display, f"cannot be read: {e.strerror or e}",
+                               hint="Check its permissions, or name another file.") from None
     except UnicodeDecodeError as e:
         raise InvalidFileError(display, f"not UTF-8 text ({e.reason})", hint=invalid) from None
     try:
