@@ -29,7 +29,7 @@ MODULES = ["src/wlock/cache/sync.py", "src/wlock/cache/transfer.py",
            "src/wlock/lock/lockfile.py", "src/wlock/lock/resolve.py"]
 TESTS = ["tests/unit", "tests/integration/test_promises.py", "tests/integration/test_sync.py",
          "tests/integration/test_hostile_cache.py", "tests/integration/test_faults.py",
-         "tests/cli/test_lock_cli.py"]
+         "tests/cli/test_lock_cli.py", "tests/cli/test_habits.py"]
 
 
 def main() -> None:
