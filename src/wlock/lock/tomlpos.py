@@ -27,8 +27,8 @@ def read_toml(
         raise InvalidFileError(display, "not found", hint=missing) from None
     except IsADirectoryError:
         raise InvalidFileError(display, "is a folder, not a file",
-                               hint="Name the file itself, not a folder ($WLOCK_LOCK, "
-                               "--lock).") from None
+                               hint="Name the file itself, not the folder that holds it.",
+                               ) from None
     except OSError as e:  # permissions, an I/O error
         raise InvalidFileError(display, f"cannot be read: {e.strerror or e}",
                                hint="Check its permissions, or name another file.") from None
