@@ -100,19 +100,11 @@ class Defaults:
 
     def _function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         params: dict[str, Resolved] = {}
-        args = fn.args
-        positional = [*args.posonlyargs, *args.args]
-        for arg, default in zip(positional[len(positional) - len(args.defaults):],
-                                args.defaults, strict=True):
+        for name, default in parameter_defaults(fn).items():
             value = _string(default)
             if value is not None:
-                params[arg.arg] = Resolved(value, f"the default of parameter {arg.arg}, "
-                                           f"line {default.lineno}")
-        for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
-            value = _string(kw_default) if kw_default is not None else None
-            if value is not None and kw_default is not None:
-                params[arg.arg] = Resolved(value, f"the default of parameter {arg.arg}, "
-                                           f"line {kw_default.lineno}")
+                params[name] = Resolved(value, f"the default of parameter {name}, "
+                                        f"line {default.lineno}")
         for decorator in fn.decorator_list:  # click.option / typer-style option decorators
             if isinstance(decorator, ast.Call) and _name(decorator.func) == "option":
                 flags = [a.value for a in decorator.args
@@ -126,6 +118,16 @@ class Defaults:
                                              f"line {decorator.lineno}")
         if params:
             self._functions.append((fn.lineno, fn.end_lineno or fn.lineno, params))
+
+
+def parameter_defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.expr]:
+    """Each parameter that has a default, with it (positional and keyword-only)."""
+    args = fn.args
+    positional = [*args.posonlyargs, *args.args]
+    pairs = [*zip(positional[len(positional) - len(args.defaults):], args.defaults,
+                  strict=True),
+             *zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+    return {arg.arg: default for arg, default in pairs if default is not None}
 
 
 def env_default(node: ast.expr) -> Resolved | None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from wlock.lint.config import Loader
-from wlock.lint.defaults import Defaults
+from wlock.lint.defaults import Defaults, parameter_defaults
 from wlock.lint.sources import Source
 from wlock.models import RepoKind
 
@@ -266,7 +266,9 @@ def _find_wrappers(tree: ast.Module, sites: list[LoadSite], module: str) -> list
         if positional[:1] in (["self"], ["cls"]):
             continue  # methods: their callers are not matched by name
         names = positional + [a.arg for a in fn.args.kwonlyargs]
-        defaults = _parameter_defaults(fn)
+        defaults = {name: node.value if isinstance(node, ast.Constant)
+                    and isinstance(node.value, str) else None
+                    for name, node in parameter_defaults(fn).items()}
         end = fn.end_lineno or fn.lineno
         for site in passed:
             if not (fn.lineno <= site.line <= end and site.expr in names):
@@ -291,21 +293,6 @@ def _find_wrappers(tree: ast.Module, sites: list[LoadSite], module: str) -> list
                 inner=f"{site.call}() at {site.path.rsplit('/', 1)[-1]}:{site.line}",
                 revision=rev, revision_param=revision_param))
     return list(found.values())
-
-
-def _parameter_defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, str | None]:
-    """Each parameter with a default: its literal string, or None for any other default."""
-    out: dict[str, str | None] = {}
-    positional = [*fn.args.posonlyargs, *fn.args.args]
-    pairs = [*zip(positional[len(positional) - len(fn.args.defaults):], fn.args.defaults,
-                  strict=True),
-             *((a, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True)
-               if d is not None)]
-    for arg, default in pairs:
-        literal = (default.value if isinstance(default, ast.Constant)
-                   and isinstance(default.value, str) else None)
-        out[arg.arg] = literal
-    return out
 
 
 def _imports(text: str, module: str, name: str) -> bool:
