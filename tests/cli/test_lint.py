@@ -40,6 +40,8 @@ EXPECTED = [
     # Repo ids in constants imported from the project's settings module (pins too).
     ("helper_calls.py:18:8", "WL101", "acme/bert", "revision"),
     ("helper_calls.py:20:14", "WL101", "acme/squad", "revision"),
+    # The same helper imported in parentheses over several lines, as formatters wrap it.
+    ("helper_calls_wrapped.py:7:11", "WL101", "acme/llama", "revision"),
     ("hub_cases.py:12:10", "WL101", "acme/bert", "revision"),
     ("hub_cases.py:14:10", "WL102", "acme/bert", "revision"),
     ("hub_cases.py:15:14", "WL101", "acme/squad", "revision"),
@@ -138,8 +140,8 @@ def test_every_family_gives_the_exact_findings(corpus: Path) -> None:
     assert result.code == 1
     assert findings(result) == EXPECTED
     report = json.loads(result.stdout)
-    assert report["files"] == 7  # excluded/ is skipped by [tool.wlock.lint] exclude
-    assert report["loads"] == 115
+    assert report["files"] == 8  # excluded/ is skipped by [tool.wlock.lint] exclude
+    assert report["loads"] == 116
 
 
 def test_text_output_says_what_to_write(corpus: Path) -> None:
@@ -164,7 +166,7 @@ def test_text_output_says_what_to_write(corpus: Path) -> None:
 
 def test_fix_then_lint_leaves_nothing_fixable_and_code_that_parses(corpus: Path) -> None:
     fixed = run_wlock("lint", "--fix", "--format", "json", cwd=corpus)
-    assert fixed.stderr.startswith("Fixed 51 findings in 5 files.")
+    assert fixed.stderr.startswith("Fixed 52 findings in 6 files.")
     again = run_wlock("lint", "--format", "json", cwd=corpus)
     left = findings(again)
     assert [f for f in json.loads(again.stdout)["findings"] if f["fix"]] == []
@@ -256,7 +258,8 @@ def test_paths_are_relative_to_the_repository_wherever_lint_runs(corpus: Path) -
     sarif = json.loads(run_wlock("lint", "--format", "sarif", cwd=sub).stdout)
     uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
             for r in sarif["runs"][0]["results"]}
-    assert uris == {"corpus/defaults_cases.py", "corpus/helper_calls.py", "corpus/hub_cases.py",
+    assert uris == {"corpus/defaults_cases.py", "corpus/helper_calls.py",
+                    "corpus/helper_calls_wrapped.py", "corpus/hub_cases.py",
                     "corpus/notebook.ipynb", "corpus/pkg/hub_helpers.py",
                     "corpus/transformers_cases.py"}
     text = run_wlock("lint", "../notebook.ipynb", cwd=sub)

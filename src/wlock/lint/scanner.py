@@ -203,12 +203,10 @@ def scan_all(
     and of the `external` ones it imports, and other files' `constants` it imports), the
     parse error, and the helpers it defines."""
     own = {loader.name: loader for loader in loaders}
-    imported = {w.name: w for w in external if _imports(source.text, w.module, w.name)
-                and f"{w.name}(" in source.text}
-    imported_constants = {c.name: c.value for c in constants
-                          if _imports(source.text, c.module, c.name)}
+    called = [w for w in external if f"{w.name}(" in source.text]
+    named = [c for c in constants if c.name in source.text]
     maybe_aliased = {m.group(2) for m in _ALIAS.finditer(source.text)}
-    lines = candidate_lines(source.text, maybe_aliased | set(own) | set(imported))
+    lines = candidate_lines(source.text, maybe_aliased | set(own) | {w.name for w in called})
     if not lines:
         return [], None, []
     try:
@@ -217,7 +215,11 @@ def scan_all(
         return [], Unreadable(source.path, source.cell, e.lineno or 1, e.offset or 1,
                               f"cannot parse: {e.msg}"), []
     visitor = _Visitor(source, tree)
-    visitor.constants = {**imported_constants, **visitor.constants}
+    imports = _imported_from(tree) if called or named else {}
+    imported = {w.name: w for w in called if _same_module(imports.get(w.name), w.module)}
+    visitor.constants = {**{c.name: c.value for c in named
+                            if _same_module(imports.get(c.name), c.module)},
+                         **visitor.constants}
     visitor.loaders = own
     if maybe_aliased:
         visitor.aliases = import_aliases(tree)
@@ -295,13 +297,19 @@ def _find_wrappers(tree: ast.Module, sites: list[LoadSite], module: str) -> list
     return list(found.values())
 
 
-def _imports(text: str, module: str, name: str) -> bool:
-    """Whether `text` imports `name` from `module` (`from pkg.utils import load`, `from
-    .utils import load, other`): matched by the module's last part and the name."""
-    stem = module.rsplit(".", 1)[-1]
-    return name in text and re.search(
-        rf"^\s*from\s+[\w.]*\b{re.escape(stem)}\s+import\s[^#\n]*\b{re.escape(name)}\b",
-        text, re.M) is not None
+def _imported_from(tree: ast.Module) -> dict[str, str]:
+    """Each name imported as itself (`from pkg.utils import load`, on one line or in
+    parentheses over several), with the module it comes from."""
+    return {alias.name: node.module or "" for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names if alias.asname in (None, alias.name)}
+
+
+def _same_module(imported: str | None, defined: str) -> bool:
+    """An import's module names the file that defines a helper or a constant: matched by
+    the last part (`pkg.utils`, `.utils` and `utils` all name `src/pkg/utils.py`)."""
+    return imported is not None and bool(imported) and (
+        imported.rsplit(".", 1)[-1] == defined.rsplit(".", 1)[-1])
 
 
 def _last_name(node: ast.expr) -> str | None:
