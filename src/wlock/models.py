@@ -277,6 +277,11 @@ class SyncPlan:
         return sum(r.present for r in self.repos)
 
     @property
+    def files_to_link(self) -> int:
+        """Files whose blob is in but whose snapshot link is not (an interrupted sync)."""
+        return sum(len(r.link) for r in self.repos)
+
+    @property
     def is_noop(self) -> bool:
         return not any(r.needs_work for r in self.repos)
 

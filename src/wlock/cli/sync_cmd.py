@@ -154,7 +154,7 @@ def _summary(plan: SyncPlan, result: SyncResult) -> str:
     """What a sync did, each file counted once: fetched (per source), already downloaded
     and only linked (as after an interrupted sync), or already in place."""
     files = sum(len(r.repo.files) for r in plan.repos)
-    linked = sum(len(r.link) for r in plan.repos)
+    linked = plan.files_to_link
     parts = []
     if result.fetched_files or not (result.restored or linked):
         parts.append(f"{count(result.fetched_files, 'file')} "
@@ -244,7 +244,7 @@ def _render_plan(plan: SyncPlan, as_json: bool) -> None:
         if r.ref:
             parts.append(f"ref {r.ref}")
         click.echo(f"  {r.repo.kind} {r.repo.id} @ {r.repo.revision[:7]}: {', '.join(parts)}")
-    linked = sum(len(r.link) for r in plan.repos)
+    linked = plan.files_to_link
     click.echo(f"Would fetch {count(plan.files_to_fetch, 'file')}, "
                f"{human_size(plan.bytes_to_fetch)}; "
                + (f"{linked:,} already downloaded, to link; " if linked else "")
