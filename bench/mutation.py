@@ -1,148 +1,473 @@
 """Mutation testing of the modules that keep wlock's promises, with cosmic-ray: each mutant
 (an operator flipped, a constant changed, a statement dropped...) is applied to a clone of
-this repository and the promise-keeping tests are run against it; a mutant the tests do
-not notice "survives". Prints the score and every survivor's diff.
+this repository and tests are run against it; a mutant the tests do not notice "survives".
+Prints the score and every survivor's diff.
 
     pip install -e '.[dev,bench]'
-    python bench/mutation.py                  # a random sample of 40 mutants (~1 h here)
-    python bench/mutation.py --sample 0       # every mutant (several thousand: days)
+    python bench/mutation.py                      # every mutant (~2,800: hours here)
+    python bench/mutation.py --sample 100         # a random sample
+    python bench/mutation.py --keep DIR           # resumable: run again to go on
 
-Not part of CI (hours). The clone is of the checkout's HEAD: commit first. Each mutant runs
-TESTS below with `-x` (stop at the first failure), with a timeout; a mutant that hangs the
-tests counts as killed (cosmic-ray's view: the tests noticed).
+Each mutant runs only the tests that execute its line. A first run of the suite under
+coverage.py names each measured line's tests, in the test process and in every process a
+test starts (the CLI, the transfer workers: a `sitecustomize` starts coverage in each, its
+context the test's id from the environment). A mutant then runs those tests, fastest
+first, with `-x`; a mutant in code run at import (a module constant, a default argument,
+a decorator) runs every test, fastest first. `--budget` caps the seconds of tests one
+mutant runs (the fastest that fit): a survivor is reported with how many of its line's
+tests it ran, so the cap is visible. A mutant whose line no test executes survives without
+running anything. A mutant that hangs its tests past the timeout counts as killed
+(cosmic-ray's view: the tests noticed).
+
+Not part of CI. The clones are of the checkout's HEAD: commit first. `--jobs` clones run
+mutants side by side (each test run is serial, so two jobs keep two cores busy).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import hashlib
+import json
 import os
+import queue
 import random
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ["src/wlock/cache/sync.py", "src/wlock/cache/transfer.py",
            "src/wlock/cache/layout.py", "src/wlock/cache/check.py",
            "src/wlock/lock/lockfile.py", "src/wlock/lock/resolve.py"]
-TESTS = ["tests/unit", "tests/integration/test_promises.py", "tests/integration/test_sync.py",
-         "tests/integration/test_hostile_cache.py", "tests/integration/test_faults.py",
-         "tests/cli/test_lock_cli.py", "tests/cli/test_habits.py"]
+# The suite but its static checks (ruff, mypy: they read the source, never run it) and
+# lint's tests (lint never imports the modules above). Coverage picks among these.
+TESTS = ["tests/unit", "tests/integration", "tests/cli/test_lock_cli.py",
+         "tests/cli/test_habits.py", "tests/test_layers.py"]
+ALL = "*"  # the tests a mutant in import-time code runs: every one
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sample", type=int, default=40,
+    parser.add_argument("--sample", type=int, default=0,
                         help="mutants to run, drawn at random (0: all)")
     parser.add_argument("--seed", type=int, default=15)
+    parser.add_argument("--jobs", type=int, default=2, help="mutants run side by side")
+    parser.add_argument("--budget", type=float, default=45.0,
+                        help="seconds of tests (as measured) one mutant may run")
     parser.add_argument("--timeout", type=float, default=600.0,
-                        help="seconds one mutant's tests may take")
-    parser.add_argument("--keep", type=Path, help="work here and keep the session")
+                        help="seconds one mutant's test run may take at most")
+    parser.add_argument("--keep", type=Path, help="work here, keep it, resume from it")
+    parser.add_argument("--again", action="store_true",
+                        help="with --keep: judge the survivors again (after adding tests)")
+    parser.add_argument("--report", action="store_true",
+                        help="with --keep: print the report of what has run, run nothing")
     args = parser.parse_args()
 
-    work = args.keep or Path(tempfile.mkdtemp(prefix="wlock-mutation-"))
-    clone = work / "repo"
-    if not clone.exists():
-        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    work = (args.keep or Path(tempfile.mkdtemp(prefix="wlock-mutation-"))).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    session = work / "session.sqlite"
+    if args.report:
+        report(session)
+        return
+    clones = [clone_at(work / f"repo-{n}") for n in range(max(1, args.jobs))]
+    fingerprint = work / "modules.sha256"
+    if not session.exists():
+        init_session(clones[0], session)
+        skip_annotations(session, clones[0])
+        fingerprint.write_text(modules_digest(clones[0]), encoding="utf-8")
+    elif fingerprint.read_text(encoding="utf-8") != modules_digest(clones[0]):
+        sys.exit(f"{', '.join(MODULES)} changed since the session in {work} began: its "
+                 "mutants no longer match the code. Start another (a new --keep folder).")
+    if args.again:
+        judge_again(session)
+    tests = measure(clones[0], work)
+    pending = pending_items(session, args.sample, args.seed)
+    stop = work / "STOP"
+    stop.unlink(missing_ok=True)
+    print(f"running {len(pending)} mutants, {len(clones)} at a time (Ctrl-C or `touch {stop}`"
+          " stops after the ones in flight; run again with the same --keep to go on)",
+          flush=True)
+    run(session, pending, clones, tests, args.budget, args.timeout, stop)
+    report(session)
+
+
+def clone_at(path: Path) -> Path:
+    """A clone of the checkout's HEAD at `path`: made, or brought up to HEAD (new tests)
+    with any mutant an interrupted run left in it undone."""
+    if not path.exists():
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(path)], check=True)
+    else:
+        subprocess.run(["git", "checkout", "-q", "--", "."], cwd=path, check=True)
+        subprocess.run(["git", "pull", "-q", "--ff-only"], cwd=path, check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "src"], cwd=path, check=True)
+    return path
+
+
+def modules_digest(clone: Path) -> str:
+    digest = hashlib.sha256()
+    for module in MODULES:
+        digest.update((clone / module).read_bytes())
+    return digest.hexdigest()
+
+
+def judge_again(session: Path) -> None:
+    """Forget the verdicts of the survivors (and the harness's errors): they run again."""
+    import sqlite3
+
+    with sqlite3.connect(session) as db:
+        db.execute("DELETE FROM work_results WHERE worker_outcome = 'NORMAL' AND "
+                   "test_outcome != 'KILLED'")
+
+
+def init_session(clone: Path, session: Path) -> None:
     config = clone / "mutation.toml"
-    tests = " ".join(TESTS)
     config.write_text(
         "[cosmic-ray]\n"
-        f"module-path = {MODULES!r}\n"
-        f"timeout = {args.timeout}\n"
-        "excluded-modules = []\n"
-        f'test-command = "{sys.executable} -m pytest -x -q -n 2 -p no:cacheprovider {tests}"\n'
-        "\n[cosmic-ray.distributor]\nname = \"local\"\n".replace("'", '"'))
-    session = work / "session.sqlite"
-    cosmic = [str(Path(sys.executable).parent / "cosmic-ray")]
-    env = {**os.environ, "PYTHONPATH": str(clone / "src")}  # the clone's code, mutated
-    subprocess.run([*cosmic, "init", str(config), str(session), "--force"], cwd=clone,
-                   check=True, env=env)
-    total, chosen = sample(session, clone, args.sample, args.seed)
-    print(f"{total} mutants outside type annotations in {len(MODULES)} modules; running "
-          f"{chosen}", flush=True)
-    subprocess.run([*cosmic, "exec", str(config), str(session)], cwd=clone, check=True,
-                   env=env)
-    report(session, total)
+        f"module-path = {json.dumps(MODULES)}\n"
+        "timeout = 600\nexcluded-modules = []\ntest-command = \"false\"\n"
+        "\n[cosmic-ray.distributor]\nname = \"local\"\n", encoding="utf-8")
+    cosmic = str(Path(sys.executable).parent / "cosmic-ray")
+    subprocess.run([cosmic, "init", str(config), str(session), "--force"], cwd=clone,
+                   check=True)
 
 
-def sample(session: Path, clone: Path, size: int, seed: int) -> tuple[int, int]:
-    """Skip the mutants inside type annotations (equivalent: under `from __future__ import
-    annotations` they are never evaluated, so `int | None` -> `int / None` changes nothing),
-    then all but `size` random ones of the rest. Returns (mutants that matter, chosen)."""
+def skip_annotations(session: Path, clone: Path) -> None:
+    """Skip the mutants inside type annotations: under `from __future__ import annotations`
+    they are never evaluated, so `int | None` -> `int / None` changes nothing."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
     with use_db(str(session), WorkDB.Mode.open) as db:
-        spans: dict[Path, list[tuple[tuple[int, int], tuple[int, int]]]] = {}
-        pending = []
-        for item in db.pending_work_items:
+        trees: dict[str, Module] = {}
+        for item in list(db.pending_work_items):
             mutation = item.mutations[0]
-            path = clone / mutation.module_path
-            if path not in spans:
-                spans[path] = annotation_spans(path)
-            inside = any(start <= mutation.start_pos and mutation.end_pos <= end
-                         for start, end in spans[path])
-            if inside:
+            path = str(mutation.module_path)
+            if path not in trees:
+                trees[path] = Module(clone / path)
+            if trees[path].in_annotation(mutation.start_pos, mutation.end_pos):
                 db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
-            else:
-                pending.append(item.job_id)
-        if not size or size >= len(pending):
-            return len(pending), len(pending)
-        keep = set(random.Random(seed).sample(pending, size))
-        for job_id in pending:
-            if job_id not in keep:
-                db.set_result(job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
-        return len(pending), size
 
 
-def annotation_spans(path: Path) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    """(start, end) positions of every type annotation in the module."""
-    import ast
-
-    spans = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        notes: list[ast.expr | None] = []
-        if isinstance(node, ast.arg):
-            notes.append(node.annotation)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            notes.append(node.returns)
-        elif isinstance(node, ast.AnnAssign):
-            notes.append(node.annotation)
-        spans += [((n.lineno, n.col_offset), (n.end_lineno or n.lineno, n.end_col_offset or 0))
-                  for n in notes if n is not None]
-    return spans
-
-
-def report(session: Path, total: int) -> None:
+def pending_items(session: Path, size: int, seed: int) -> list[Any]:
     from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
 
-    outcomes: Counter[str] = Counter()
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        pending = list(db.pending_work_items)
+    # In a random order, so that a run stopped part way is a fair sample of all.
+    random.Random(seed).shuffle(pending)
+    return pending[:size] if size else pending
+
+
+@dataclass
+class Tests:
+    durations: dict[str, float]  # test id -> seconds
+    by_line: dict[str, dict[int, set[str]]]  # module -> line -> ids of the tests running it
+
+    def fastest(self, ids: set[str] | str) -> list[str]:
+        chosen = self.durations if ids == ALL else ids
+        return sorted(chosen, key=lambda test: (self.durations.get(test, 0.0), test))
+
+
+def measure(clone: Path, work: Path) -> Tests:
+    """Run TESTS once under coverage, each line's tests named; kept in `work` while the
+    clone's src/ and tests/ stay as they are."""
+    saved = work / "tests.json"
+    head = subprocess.run(["git", "rev-parse", "HEAD:src", "HEAD:tests"], cwd=clone,
+                          check=True, capture_output=True, text=True).stdout.split()
+    data = json.loads(saved.read_text(encoding="utf-8")) if saved.exists() else {}
+    if data.get("commit") == head:
+        return Tests(data["durations"], {module: {int(n): set(ids) for n, ids in lines.items()}
+                                         for module, lines in data["by_line"].items()})
+    folder = work / "coverage"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    site = work / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text("import coverage\ncoverage.process_startup()\n",
+                                           encoding="utf-8")
+    rcfile = work / "coverage.ini"
+    rcfile.write_text("[run]\nparallel = true\nsigterm = true\n"
+                      f"data_file = {folder / '.coverage'}\n"
+                      f"include = {clone / 'src' / 'wlock'}/*\n"
+                      "context = ${WLOCK_MUTATION_TEST}\n", encoding="utf-8")
+    env = {**os.environ, "COVERAGE_PROCESS_START": str(rcfile),
+           "WLOCK_MUTATION_DURATIONS": str(folder),
+           "PYTHONPATH": os.pathsep.join([str(site), str(clone / "src"), str(ROOT / "bench")])}
+    env.pop("WLOCK_MUTATION_TEST", None)
+    print("running the tests once under coverage, to learn which run each line...",
+          flush=True)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "mutation_contexts", "-n", "2", *TESTS], cwd=clone, env=env,
+                          preexec_fn=default_sigint)
+    if done.returncode != 0:
+        sys.exit(f"the tests fail on the unmutated code (exit {done.returncode}): fix that "
+                 "first, a mutation score means nothing over failing tests")
+    print(f"  took {time.monotonic() - started:.0f}s", flush=True)
+
+    import coverage
+
+    cov = coverage.Coverage(data_file=str(folder / ".coverage"), config_file=str(rcfile))
+    cov.combine(strict=True)
+    data = cov.get_data()
+    durations: dict[str, float] = {}
+    for path in folder.glob("durations.*.json"):
+        durations.update(json.loads(path.read_text(encoding="utf-8")))
+    by_line: dict[str, dict[int, set[str]]] = {}
+    for module in MODULES:
+        lines = data.contexts_by_lineno(str(clone / module))
+        by_line[module] = {n: {c for c in contexts if c} for n, contexts in lines.items()}
+    saved.write_text(json.dumps({
+        "commit": head, "durations": durations,
+        "by_line": {module: {n: sorted(ids) for n, ids in lines.items()}
+                    for module, lines in by_line.items()}}), encoding="utf-8")
+    return Tests(durations, by_line)
+
+
+def default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class Module:
+    """A module's syntax tree, to place a mutation: in an annotation, in code run at import,
+    or in which statement's lines."""
+
+    HEADED = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try,
+              ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler,
+              ast.Match, ast.match_case)
+
+    def __init__(self, path: Path) -> None:
+        self.tree = ast.parse(path.read_text(encoding="utf-8"))
+        self.annotations: list[tuple[tuple[int, int], tuple[int, int]]] = []
+        for node in ast.walk(self.tree):
+            notes: list[ast.expr | None] = []
+            if isinstance(node, ast.arg):
+                notes.append(node.annotation)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                notes.append(node.returns)
+            elif isinstance(node, ast.AnnAssign):
+                notes.append(node.annotation)
+            self.annotations += [(start(n), end(n)) for n in notes if n is not None]
+
+    def in_annotation(self, first: tuple[int, int], last: tuple[int, int]) -> bool:
+        return any(a <= first and last <= b for a, b in self.annotations)
+
+    def lines(self, first: tuple[int, int], last: tuple[int, int]) -> range | None:
+        """The lines of the innermost statement holding the mutation (of its header, for
+        an `if`, a loop, a `def`...: its body runs apart), or None when that code runs at
+        import: outside every function body."""
+        node: ast.AST = self.tree
+        in_function = False
+        statement: ast.AST | None = None
+        while True:
+            inner = [child for child in ast.iter_child_nodes(node)
+                     if hasattr(child, "lineno") and start(child) <= first
+                     and last <= end(child)]
+            if not inner:
+                break
+            node = inner[0]
+            if isinstance(node, (ast.stmt, ast.ExceptHandler, ast.match_case)):
+                statement = node
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                body = node.body if isinstance(node.body, list) else [node.body]
+                if start(body[0]) <= first:
+                    in_function = True
+        if not in_function or statement is None:
+            return None
+        head, tail = statement.lineno, statement.end_lineno or statement.lineno
+        body = getattr(statement, "body", None)
+        if (isinstance(statement, self.HEADED) and isinstance(body, list) and body
+                and first < start(body[0])):
+            tail = max(head, body[0].lineno - 1)
+        return range(head, tail + 1)
+
+
+def start(node: Any) -> tuple[int, int]:
+    return (node.lineno, node.col_offset)
+
+
+def end(node: Any) -> tuple[int, int]:
+    return (node.end_lineno or node.lineno, node.end_col_offset or 0)
+
+
+@dataclass
+class Outcome:
+    job_id: str
+    verdict: str  # killed, survived, timeout, uncovered, error
+    ran: int  # tests given to pytest
+    covering: int  # tests that execute the mutated line (0 for import-time code: all)
+    seconds: float
+    diff: str
+    output: str
+    where: str = ""
+
+
+def run(session: Path, items: list[Any], clones: list[Path], tests: Tests, budget: float,
+        timeout: float, stop: Path) -> None:
+    """Each clone's thread takes the next mutant until none is left or `stop` exists (or
+    Ctrl-C): the mutants in flight finish, their clone is restored, the rest stay pending."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    modules = {module: Module(clones[0] / module) for module in MODULES}
+    todo: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    for item in items:
+        todo.put(item)
+    outcomes: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
+    stopping = threading.Event()
+
+    def work(clone: Path) -> None:
+        try:
+            while not stopping.is_set() and not stop.exists():
+                try:
+                    item = todo.get_nowait()
+                except queue.Empty:
+                    return
+                outcomes.put(mutate_and_test(clone, item, modules, tests, budget, timeout))
+        finally:
+            outcomes.put(None)
+
+    threads = [threading.Thread(target=work, args=(clone,)) for clone in clones]
+    for thread in threads:
+        thread.start()
+    started = time.monotonic()
+    verdicts: Counter[str] = Counter()
+    running = len(threads)
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        while running:
+            try:
+                outcome = outcomes.get()
+            except KeyboardInterrupt:
+                stopping.set()
+                print("stopping: the mutants in flight finish first", flush=True)
+                continue
+            if outcome is None:
+                running -= 1
+                continue
+            verdicts[outcome.verdict] += 1
+            test_outcome = {"killed": TestOutcome.KILLED, "timeout": TestOutcome.KILLED,
+                            "error": TestOutcome.INCOMPETENT}.get(outcome.verdict,
+                                                                  TestOutcome.SURVIVED)
+            output = json.dumps({"verdict": outcome.verdict, "ran": outcome.ran,
+                                 "covering": outcome.covering,
+                                 "seconds": round(outcome.seconds, 1),
+                                 "tail": outcome.output[-3000:]})
+            db.set_result(outcome.job_id, WorkResult(
+                worker_outcome=WorkerOutcome.NORMAL, test_outcome=test_outcome,
+                output=output, diff=outcome.diff))
+            done = sum(verdicts.values())
+            left = (time.monotonic() - started) / done * (len(items) - done)
+            print(f"[{done}/{len(items)}] {outcome.verdict:9} {outcome.seconds:5.1f}s "
+                  f"ran {outcome.ran:3} {outcome.where} | {dict(verdicts)} | "
+                  f"~{left / 60:.0f} min left", flush=True)
+
+
+def mutate_and_test(clone: Path, item: Any, modules: dict[str, Module], tests: Tests,
+                    budget: float, timeout: float) -> Outcome:
+    import cosmic_ray.plugins
+    from cosmic_ray.mutating import _make_diff, use_mutation
+
+    mutation = item.mutations[0]
+    module = str(mutation.module_path)
+    where = (f"{module.removeprefix('src/wlock/')}:{mutation.start_pos[0]} "
+             f"{mutation.operator_name.removeprefix('core/')}")
+    lines = modules[module].lines(mutation.start_pos, mutation.end_pos)
+    if lines is None:
+        covering: set[str] | str = ALL
+    else:
+        covering = set()
+        for n in lines:
+            covering |= tests.by_line[module].get(n, set())
+    ordered = tests.fastest(covering)
+    chosen: list[str] = []
+    spent = 0.0
+    for test in ordered:
+        spent += tests.durations.get(test, 0.0)
+        if chosen and spent > budget:
+            break
+        chosen.append(test)
+    with _plugins:  # stevedore's registry, loaded on first use
+        operator = cosmic_ray.plugins.get_operator(mutation.operator_name)(
+            **(getattr(mutation, "operator_args", None) or {}))
+    began = time.monotonic()
+    with use_mutation(clone / module, operator, mutation.occurrence) as (before, after):
+        if after is None:
+            return Outcome(item.job_id, "error", 0, 0, 0.0, "", "no mutation applied", where)
+        diff = "\n".join(_make_diff(before, after, module))
+        if not chosen:
+            return Outcome(item.job_id, "uncovered", 0, 0, 0.0, diff, "", where)
+        # Long enough for the chosen tests on a loaded machine; a mutant that hangs them
+        # is killed sooner than the tests' own timeouts (two minutes a command) would.
+        verdict, output = run_tests(clone, chosen, min(timeout, 60 + 4 * spent))
+    count = 0 if covering == ALL else len(covering)
+    return Outcome(item.job_id, verdict, len(chosen), count, time.monotonic() - began, diff,
+                   output, where)
+
+
+_plugins = threading.Lock()
+
+
+def run_tests(clone: Path, chosen: list[str], timeout: float) -> tuple[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(clone / "src"),  # the clone's code, mutated
+           "PYTHONDONTWRITEBYTECODE": "1"}  # never a mutant's bytecode cached
+    for name in ("COVERAGE_PROCESS_START", "WLOCK_MUTATION_TEST"):
+        env.pop(name, None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *chosen],
+        cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True, preexec_fn=default_sigint)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return "timeout", ""
+    text = output.decode("utf-8", "replace")
+    if proc.returncode == 0:
+        return "survived", text
+    if proc.returncode == 5 or "ERROR: not found:" in text:  # the harness's fault
+        return "error", text
+    return "killed", text  # a test failed, or the mutant broke an import (exits 2, 4)
+
+
+def report(session: Path) -> None:
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome
+
+    verdicts: Counter[str] = Counter()
     survivors = []
     with use_db(str(session), WorkDB.Mode.open) as db:
         for item, result in db.completed_work_items:
             if result.worker_outcome == WorkerOutcome.SKIPPED:
                 continue
-            if result.worker_outcome == WorkerOutcome.ABNORMAL:  # a timeout: noticed
-                outcomes["killed (timeout)"] += 1
-                continue
-            outcomes[str(result.test_outcome.value if result.test_outcome else "error")] += 1
-            if result.test_outcome == TestOutcome.SURVIVED:
-                survivors.append((item, result))
-    killed = outcomes["killed"] + outcomes["killed (timeout)"]
-    judged = killed + outcomes["survived"]
-    print(f"\n{judged} mutants judged (of {total}): " + ", ".join(
-        f"{n} {what}" for what, n in sorted(outcomes.items())))
+            detail = json.loads(result.output or "{}")
+            verdict = detail.get("verdict", "error")
+            verdicts[verdict] += 1
+            if verdict in ("survived", "uncovered", "error"):
+                survivors.append((item, result, detail))
+    killed = verdicts["killed"] + verdicts["timeout"]
+    judged = killed + verdicts["survived"] + verdicts["uncovered"]
+    print(f"\n{judged} mutants judged: " + ", ".join(
+        f"{n} {what}" for what, n in sorted(verdicts.items())))
     if judged:
-        print(f"score: {killed / judged:.0%} killed")
-    for item, result in survivors:
-        for mutation in item.mutations:
-            print(f"\nSURVIVED {mutation.module_path}:{mutation.start_pos[0]} "
-                  f"{mutation.operator_name}")
+        print(f"score: {killed / judged:.1%} killed")
+    for item, result, detail in sorted(survivors, key=lambda s: (
+            str(s[0].mutations[0].module_path), s[0].mutations[0].start_pos)):
+        mutation = item.mutations[0]
+        ran = ("no test executes this line" if detail.get("verdict") == "uncovered" else
+               f"ran {detail.get('ran')} of {detail.get('covering') or 'all'} tests")
+        print(f"\n{detail.get('verdict', 'error').upper()} {mutation.module_path}:"
+              f"{mutation.start_pos[0]} {mutation.operator_name} ({ran})")
         print(result.diff)
 
 
