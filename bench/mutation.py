@@ -63,7 +63,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--jobs", type=int, default=2, help="mutants run side by side")
     parser.add_argument("--budget", type=float, default=45.0,
-                        help="seconds of tests (as measured) one mutant may run")
+                        help="seconds of tests (as measured) one mutant may run (0: no cap;"
+                        " judge the survivors again with --again --budget 0)")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds one mutant's test run may take at most")
     parser.add_argument("--keep", type=Path, help="work here, keep it, resume from it")
@@ -393,7 +394,7 @@ def mutate_and_test(clone: Path, item: Any, modules: dict[str, Module], tests: T
     spent = 0.0
     for test in ordered:
         spent += tests.durations.get(test, 0.0)
-        if chosen and spent > budget:
+        if budget and chosen and spent > budget:
             break
         chosen.append(test)
     with _plugins:  # stevedore's registry, loaded on first use

@@ -337,3 +337,8 @@ def test_lock_reports_every_bad_entry_at_once(hub: Hub, tmp_path: Path) -> None:
     for words in ("model acme/nope-one was not found", "revision 'no-such-branch' not found",
                   "did you mean the dataset?"):
         assert words in done.stderr, words
+    # What to do about each, once each, under one hint.
+    hint = done.stderr[done.stderr.index("\nhint: "):]
+    for words in ("Check the id in weights.toml", "Check `ref` in weights.toml",
+                  "Move it to a [[dataset]] table"):
+        assert hint.count(words) == 1, (words, hint)

@@ -219,9 +219,16 @@ def test_another_nodes_dead_download_is_cleaned_by_a_sync_with_nothing_to_do(
     os.utime(unknown)  # their writers renewed the leases a moment ago
     assert "Already in sync" in sync(hub, project, cache).stderr
     assert foreign.exists() and unknown.exists()
+    # A node whose clock runs a few minutes ahead of ours renewed this one: to us its
+    # lease is younger than nothing, and it is no less alive for that.
+    ahead = paths.blobs / f".{'d' * 64}.fast-clock-node.77.0a0b0c0d.wlock-incomplete"
+    ahead.write_bytes(b"renewed by a node whose clock is ahead")
+    soon = time.time() + 300
+    os.utime(ahead, (soon, soon))
     expire(foreign, unknown)
     assert "Already in sync" in sync(hub, project, cache).stderr
     assert not foreign.exists() and not unknown.exists()
+    assert ahead.exists(), "a live download on a node with a faster clock was removed"
 
 
 def expire(*paths: Path) -> None:

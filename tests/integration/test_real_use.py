@@ -241,8 +241,8 @@ def test_a_merge_conflict_in_the_lock_is_resolved_without_moving_pins_silently(
     git(project, "add", ".")
     git(project, "commit", "-qm", "base")
     # Both heads move on the Hub; each branch re-locks something different.
-    for repo_id in (stay, moved):
-        hub.builder.commit("model", repo_id, {"config.json": f"{repo_id} v2".encode()})
+    hub.builder.commit("model", stay, {"config.json": f"{stay} v2".encode()})
+    theirs = hub.builder.commit("model", moved, {"config.json": f"{moved} v2".encode()})
     git(project, "checkout", "-qb", "upgrade")
     assert run_wlock("lock", "--upgrade-package", moved, "--endpoint", hub.endpoint,
                      cwd=project).code == 0
@@ -269,9 +269,9 @@ def test_a_merge_conflict_in_the_lock_is_resolved_without_moving_pins_silently(
     assert after[stay] == old[stay]
     assert f"merge: {stay}: kept {old[stay][:7]} (both sides agree)" in resolved.stderr
     # moved: the sides differ; it is resolved again and the note says so.
-    assert (f"merge: {moved}: the two sides pin {head[:7]} (ours) and ") in resolved.stderr
-    assert "; resolving 'main' on the Hub again, which may move it to the current head" \
-        in resolved.stderr
+    assert (f"merge: {moved}: the two sides pin {head[:7]} (ours) and {theirs[:7]} (theirs); "
+            "resolving 'main' on the Hub again, which may move it to the current head"
+            ) in resolved.stderr
     assert after[moved] == head
     # added: kept as locked (outside the conflict, both sides carry it).
     assert f"merge: {added}: kept {after[added][:7]} (" in resolved.stderr

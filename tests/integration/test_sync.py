@@ -106,6 +106,20 @@ def test_fresh_sync_is_what_huggingface_hub_reads_offline(hub: Hub, tmp_path: Pa
     assert ok.stderr.startswith(f"OK: the cache at {cache} matches weights.lock (2 repos, 11 files")
 
 
+def test_a_fresh_machine_whose_hf_home_does_not_exist_yet(hub: Hub, tmp_path: Path) -> None:
+    """HF_HOME several folders deep, none of them made yet (a new machine, a new volume):
+    the sync makes them, as huggingface_hub would."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    home = tmp_path / "volume" / "users" / "me" / "hf"
+    done = run_wlock("sync", "--endpoint", hub.endpoint, cwd=project,
+                     env={"HF_HOME": str(home)})
+    assert done.code == 0, done.stderr
+    repo = read_lock(project / "weights.lock").repos[0]
+    assert Path(snapshot_download("acme/tiny-bert", revision=repo.revision,
+                                  cache_dir=home / "hub", local_files_only=True)).is_dir()
+
+
 def test_second_sync_makes_no_request(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
     lock(hub, project)
