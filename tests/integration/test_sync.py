@@ -27,6 +27,7 @@ from tests.conftest import (
     tmpfs,
     write_project,
 )
+from tests.integration.test_shared_fs import downloads_per_file
 from wlock.cache.sync import SMALL_CONCURRENCY
 from wlock.lock.lockfile import read_lock
 
@@ -118,6 +119,51 @@ def test_a_fresh_machine_whose_hf_home_does_not_exist_yet(hub: Hub, tmp_path: Pa
     repo = read_lock(project / "weights.lock").repos[0]
     assert Path(snapshot_download("acme/tiny-bert", revision=repo.revision,
                                   cache_dir=home / "hub", local_files_only=True)).is_dir()
+
+
+def test_another_cache_gives_its_blobs_and_one_it_cannot_read_comes_from_the_hub(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """`--from-cache DIR` copies what another cache holds (never links it: the two stay
+    independent) and asks the Hub only for the rest; a blob there that cannot be read is
+    refused, named, and taken from the Hub. The unreadable one is a folder of exactly the
+    file's size: it passes the size check and fails only when read."""
+    other = tmp_path / "colleague" / "hub"
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    size = os.stat(probe).st_size  # a folder's size on this filesystem (4096 on ext4)
+    repo_id = hub.unique_id("shared")
+    hub.builder.commit("model", repo_id, {"config.json": b'{"shared": true}\n',
+                                          "tokenizer.json": os.urandom(size),
+                                          "vocab.txt": os.urandom(5000)})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    assert sync(hub, project, other).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    bad = next(f for f in repo.files if f.path == "tokenizer.json")
+    blob = other / f"models--{repo_id.replace('/', '--')}" / "blobs" / bad.etag
+    blob.unlink()
+    blob.mkdir()
+    if os.stat(blob).st_size != bad.size:
+        pytest.skip("folders on this filesystem do not all have one size")
+
+    hub.process.reset_stats()
+    cache = tmp_path / "cache"
+    done = sync(hub, project, cache, "--from-cache", str(other.parent), "--json")
+    assert done.code == 0, done.stderr
+    report = json.loads(done.stdout)
+    total = sum(f.size for f in repo.files)
+    assert report["restored"] == {f"cache {other}": {"files": 2, "bytes": total - bad.size}}
+    assert len(report["refused"]) == 1, report["refused"]
+    assert report["refused"][0].startswith(f"{repo_id}/tokenizer.json: cache {other}: "
+                                           "cannot be read (")
+    assert report["fetched_files"] == 1 and report["fetched_bytes"] == bad.size
+    assert downloads_per_file(hub, repo) == {"config.json": 0, "tokenizer.json": 1,
+                                             "vocab.txt": 0}
+    for f in repo.files:  # copies, not links into the other cache
+        ours = cache / f"models--{repo_id.replace('/', '--')}" / "blobs" / f.etag
+        assert ours.is_file() and not ours.is_symlink() and ours.stat().st_nlink == 1
+    assert check(project, cache).code == 0
 
 
 def test_second_sync_makes_no_request(hub: Hub, tmp_path: Path) -> None:
