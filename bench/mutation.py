@@ -409,7 +409,7 @@ def mutate_and_test(clone: Path, item: Any, modules: dict[str, Module], tests: T
             return Outcome(item.job_id, "uncovered", 0, 0, 0.0, diff, "", where)
         # Long enough for the chosen tests on a loaded machine; a mutant that hangs them
         # is killed sooner than the tests' own timeouts (two minutes a command) would.
-        verdict, output = run_tests(clone, chosen, min(timeout, 60 + 4 * spent))
+        verdict, output = run_tests(clone, chosen, min(timeout, 30 + 3 * spent))
     count = 0 if covering == ALL else len(covering)
     return Outcome(item.job_id, verdict, len(chosen), count, time.monotonic() - began, diff,
                    output, where)
@@ -442,6 +442,8 @@ def run_tests(clone: Path, chosen: list[str], timeout: float) -> tuple[str, str]
 
 
 def report(session: Path) -> None:
+    """The score, then each survivor: those HARMLESS explains (equivalent mutants, or ones
+    no user could see) counted by reason, every other one in full."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome
 
@@ -460,16 +462,64 @@ def report(session: Path) -> None:
     judged = killed + verdicts["survived"] + verdicts["uncovered"]
     print(f"\n{judged} mutants judged: " + ", ".join(
         f"{n} {what}" for what, n in sorted(verdicts.items())))
-    if judged:
-        print(f"score: {killed / judged:.1%} killed")
+    if not judged:
+        return
+    explained = Harmless.load()
+    reasons: Counter[str] = Counter()
+    unexplained = []
     for item, result, detail in sorted(survivors, key=lambda s: (
             str(s[0].mutations[0].module_path), s[0].mutations[0].start_pos)):
+        why = explained.why(item.mutations[0], result.diff or "")
+        if why and detail.get("verdict") != "error":
+            reasons[why] += 1
+        else:
+            unexplained.append((item, result, detail))
+    harmless = sum(reasons.values())
+    print(f"score: {killed / judged:.1%} killed; {harmless} survivors explained as harmless "
+          f"in {HARMLESS.relative_to(ROOT)}, {len(unexplained)} not")
+    if harmless < judged:
+        print(f"score with the harmless ones set aside: {killed / (judged - harmless):.1%}")
+    for item, result, detail in unexplained:
         mutation = item.mutations[0]
         ran = ("no test executes this line" if detail.get("verdict") == "uncovered" else
                f"ran {detail.get('ran')} of {detail.get('covering') or 'all'} tests")
         print(f"\n{detail.get('verdict', 'error').upper()} {mutation.module_path}:"
               f"{mutation.start_pos[0]} {mutation.operator_name} ({ran})")
         print(result.diff)
+    if reasons:
+        print("\nharmless survivors, by reason:")
+        for why, n in reasons.most_common():
+            print(f"  {n:4}  {why}")
+
+
+HARMLESS = ROOT / "bench" / "mutation_harmless.toml"
+
+
+class Harmless:
+    """bench/mutation_harmless.toml: survivors judged harmless, each by its module, the
+    source line it mutates (as written, stripped: line numbers move as code does), the
+    operators (all when absent) and why."""
+
+    def __init__(self, entries: list[dict[str, Any]]) -> None:
+        self.entries = entries
+
+    @classmethod
+    def load(cls) -> Harmless:
+        import tomllib
+
+        with open(HARMLESS, "rb") as f:
+            return cls(tomllib.load(f).get("harmless", []))
+
+    def why(self, mutation: Any, diff: str) -> str | None:
+        removed = [line[1:].strip() for line in diff.splitlines()
+                   if line.startswith("-") and not line.startswith("---")]
+        for entry in self.entries:
+            operators = entry.get("operators")
+            if entry["module"] == str(mutation.module_path) and entry["line"] in removed \
+                    and (operators is None or mutation.operator_name.removeprefix("core/")
+                         in operators):
+                return str(entry["why"])
+        return None
 
 
 if __name__ == "__main__":
