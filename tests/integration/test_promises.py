@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tests.conftest import Hub, run_wlock, write_project
 from tests.integration.test_sync import BIG, check, lock, slow_sync_writing_a_shard, sync
+from wlock.atomic import HOST, MACHINE
 from wlock.cache.layout import LEASE, RepoPaths, clean_stale_temps
 from wlock.cache.transfer import FetchJob, Transfer
 from wlock.lock.hub import HubClient
@@ -229,6 +230,62 @@ def test_another_nodes_dead_download_is_cleaned_by_a_sync_with_nothing_to_do(
     assert "Already in sync" in sync(hub, project, cache).stderr
     assert not foreign.exists() and not unknown.exists()
     assert ahead.exists(), "a live download on a node with a faster clock was removed"
+
+
+def test_a_download_of_another_machine_is_judged_by_its_lease_never_by_its_pid(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Containers share a hostname and reuse pids: a temp file written in another machine or
+    PID namespace (another <machine> in its name) carries a pid that means nothing here. A
+    pid that is dead here does not make it stale; only its lease running out does. Two
+    namespaces, one sorting before ours and one after, so that no ordering of names passes
+    for equality."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    assert sync(hub, project, cache).code == 0
+    paths = RepoPaths.of(cache, read_lock(project / "weights.lock").repos[0])
+    dead = _a_dead_pid()
+    elsewhere = [paths.blobs / f".{c * 64}.{HOST}.{machine}-{dead}.0a0b0c0d.wlock-incomplete"
+                 for c, machine in (("a", "00000000"), ("b", "ffffffff"))
+                 if machine != MACHINE]
+    for temp in elsewhere:
+        temp.write_bytes(b"being written in another container, renewed a moment ago")
+    assert "Already in sync" in sync(hub, project, cache).stderr
+    assert all(t.exists() for t in elsewhere), "a live download elsewhere was removed"
+    # A lease of 0 is no lease: ignored for the default, like a negative or a word.
+    for lease in ("0", "-5", "soon"):
+        done = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                         cwd=project, env={"WLOCK_LEASE": lease})
+        assert "Already in sync" in done.stderr
+        assert all(t.exists() for t in elsewhere), f"WLOCK_LEASE={lease} was taken as given"
+    expire(*elsewhere)
+    assert "Already in sync" in sync(hub, project, cache).stderr
+    assert not any(t.exists() for t in elsewhere)
+
+
+def test_a_sync_that_downloads_removes_a_dead_syncs_leftovers_in_snapshots_and_refs(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A sync killed between writing a link or a ref under a temp name and renaming it
+    leaves that temp in snapshots/<commit>/ or refs/. The next sync with work to do removes
+    them (a no-op sync looks only in blobs/ and staging, where the big leftovers are)."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    assert sync(hub, project, cache).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    paths = RepoPaths.of(cache, repo)
+    writer = f"{HOST}.{MACHINE}-{_a_dead_pid()}.0a0b0c0d.wlock-tmp"
+    link = paths.snapshot(repo.revision) / f".config.json.{writer}"
+    link.symlink_to("../../blobs/" + repo.files[0].etag)
+    ref = paths.root / "refs" / f".main.{writer}"
+    ref.write_text(repo.revision)
+    (paths.blobs / repo.files[0].etag).unlink()  # work to do: one blob to fetch again
+    done = sync(hub, project, cache)
+    assert done.code == 0, done.stderr
+    assert not link.is_symlink() and not ref.exists()
+    assert check(project, cache).code == 0
 
 
 def expire(*paths: Path) -> None:

@@ -166,6 +166,32 @@ def test_another_cache_gives_its_blobs_and_one_it_cannot_read_comes_from_the_hub
     assert check(project, cache).code == 0
 
 
+def test_a_locked_commit_squashed_away_upstream_names_the_commit_and_how_to_relock(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """The owner ran super_squash_history: the locked commit is gone from the Hub, its files
+    with it. A sync says which commit of which repo, that it is no longer there, and to
+    re-lock; it does not call it a network failure or retry it."""
+    repo_id = hub.unique_id("squashed")
+    hub.builder.commit("model", repo_id, {"config.json": b'{"v": 1}\n',
+                                          "model.safetensors": os.urandom(BIG)})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    locked = read_lock(project / "weights.lock").repos[0].revision
+    hub.builder.squash("model", repo_id)
+    hub.process.reset_stats()
+    done = sync(hub, project, tmp_path / "cache")
+    assert done.code == 5, done.stderr
+    assert f"model {repo_id}: commit {locked[:7]} is no longer on the Hub (404)" in done.stderr
+    assert f"wlock lock --upgrade-package {repo_id}" in done.stderr
+    asked = [e for e in hub.process.stats()["log"] if locked in e["path"]]
+    assert len(asked) == 2, asked  # once per file: a missing commit is not retried
+    relocked = run_wlock("lock", "--upgrade-package", repo_id, "--endpoint", hub.endpoint,
+                         cwd=project)
+    assert relocked.code == 0, relocked.stderr
+    assert sync(hub, project, tmp_path / "cache").code == 0
+
+
 def test_second_sync_makes_no_request(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
     lock(hub, project)

@@ -169,6 +169,24 @@ def test_invalid_locks_name_line_and_key(tmp_path: Path, mutate, message: str) -
     assert "wlock lock" in (excinfo.value.hint or "")
 
 
+@pytest.mark.parametrize("size", [2**63 - 1, 2**63])
+def test_the_largest_size_a_file_can_have_is_read_and_one_byte_more_refused(
+    tmp_path: Path, size: int
+) -> None:
+    """2^63 - 1, the largest offset a filesystem addresses, is a size; 2^63 is not: on the
+    streaming path for rendered locks and on the full reader alike (the second is a
+    hand-edited lock: a space before the comma sends it there)."""
+    for edited in (f"size = {size},", f"size = {size} ,"):
+        path = tmp_path / "weights.lock"
+        path.write_text(GOLDEN.replace("size = 148,", edited), encoding="utf-8")
+        if size < 2**63:
+            files = {f.path: f for f in read_lock(path).repos[0].files}
+            assert files["config.json"].size == size
+        else:
+            with pytest.raises(InvalidFileError, match=f"config.json: bad size {size}"):
+                read_lock(path)
+
+
 @pytest.mark.parametrize(
     ("path", "safe"),
     [("a/b.json", True), ("ü x/y", True), (".gitattributes", True), ("/etc/passwd", False),

@@ -277,6 +277,37 @@ class StoreBuilder:
             data["tags"][tag] = commit
         self._save(kind, repo_id, data)
 
+    def squash(self, kind: str, repo_id: str, *, branch: str = "main") -> str:
+        """What huggingface_hub's super_squash_history does: `branch` becomes one new commit
+        with the same files, and the commits only it reached are gone (a lock pinned to one
+        of them now gets RevisionNotFound)."""
+        data = self._load(kind, repo_id)
+        head = data["branches"][branch]
+
+        def reach(sha: str | None) -> set[str]:
+            seen = set()
+            while sha is not None and sha not in seen:
+                seen.add(sha)
+                sha = data["commits"][sha]["parent"]
+            return seen
+
+        kept: set[str] = set()
+        for name, sha in [*data["branches"].items(), *data["tags"].items()]:
+            if name != branch or sha != head:
+                kept |= reach(sha)
+        files = data["commits"][head]["files"]
+        message = f"Super-squash branch '{branch}' using huggingface_hub"
+        listing = json.dumps([None, message, DEFAULT_DATE,
+                              sorted((p, f["blob_id"]) for p, f in files.items())]).encode()
+        sha = hashlib.sha1(b"commit " + listing, usedforsecurity=False).hexdigest()
+        for gone in reach(head) - kept:
+            del data["commits"][gone]
+        data["commits"][sha] = {"parent": None, "message": message, "date": DEFAULT_DATE,
+                                "files": files}
+        data["branches"][branch] = sha
+        self._save(kind, repo_id, data)
+        return sha
+
     def configure(self, kind: str, repo_id: str, **settings: Any) -> None:
         """Set gated, private, granted (tokens) or extra (info fields) on a repo."""
         data = self._load(kind, repo_id)
