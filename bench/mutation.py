@@ -551,8 +551,9 @@ HARMLESS = ROOT / "bench" / "mutation_harmless.toml"
 
 class Harmless:
     """bench/mutation_harmless.toml: survivors judged harmless, each by its module, the
-    source line it mutates (as written, stripped: line numbers move as code does), the
-    operators (all when absent) and why."""
+    source line it mutates (as written, stripped: line numbers move as code does), the line
+    after it where the same text occurs twice (`next`), what the mutant made of it where
+    only that replacement is harmless (`to`), the operators (all when absent) and why."""
 
     def __init__(self, entries: list[dict[str, Any]]) -> None:
         self.entries = entries
@@ -565,11 +566,18 @@ class Harmless:
             return cls(tomllib.load(f).get("harmless", []))
 
     def why(self, mutation: Any, diff: str) -> str | None:
-        removed = [line[1:].strip() for line in diff.splitlines()
+        lines = diff.splitlines()
+        changed = [n for n, line in enumerate(lines)
                    if line.startswith("-") and not line.startswith("---")]
+        removed = lines[changed[0]][1:].strip() if changed else None
+        added = next((line[1:].strip() for line in lines
+                      if line.startswith("+") and not line.startswith("+++")), None)
+        after = next((line[1:].strip() for line in lines[changed[-1] + 1:]
+                      if not line.startswith("+")), None) if changed else None
         for entry in self.entries:
             operators = entry.get("operators")
-            if entry["module"] == str(mutation.module_path) and entry["line"] in removed \
+            if entry["module"] == str(mutation.module_path) and entry["line"] == removed \
+                    and entry.get("next", after) == after and entry.get("to", added) == added \
                     and (operators is None or mutation.operator_name.removeprefix("core/")
                          in operators):
                 return str(entry["why"])

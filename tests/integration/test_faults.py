@@ -133,6 +133,21 @@ def test_one_error_per_file_completes_every_time(
             assert tries[0] == status and len(tries) >= 2, (f.path, tries)
 
 
+def test_a_400_for_a_file_is_named_as_the_hubs_answer_never_saved_as_its_bytes(
+    hub: Hub, tmp_path: Path, sharded: Path
+) -> None:
+    """Every 4xx is an error, 400 included: its body is never written as the file and then
+    blamed on the bytes ("wrong bytes", exit 1)."""
+    hub.process.faults({"action": "status", "status": 400, "match": "/config.json"})
+    result, _ = sync(hub, sharded, tmp_path / "cache")
+    assert result.code == 5, result.stderr
+    assert "the Hub answered 400 for 'config.json'" in result.stderr, result.stderr
+    assert "wrong bytes" not in result.stderr and "expected sha" not in result.stderr
+    answered = [e["status"] for e in hub.process.stats()["log"]
+                if e["path"].endswith("/config.json")]
+    assert answered and set(answered) == {400}, answered  # the fault fired; not retried away
+
+
 def test_a_full_disk_mid_download_exits_6(hub: Hub, tmp_path: Path, sharded: Path) -> None:
     with tmpfs(tmp_path / "small", "24m") as mount:
         cache = mount / "cache"

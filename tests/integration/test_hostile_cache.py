@@ -118,16 +118,27 @@ def test_a_link_planted_in_the_cache_is_never_written_through(
     assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
 
 
+@pytest.mark.parametrize("planted", ["link to a secret", "link to a commit", "fifo"])
 def test_a_ref_that_is_a_link_is_neither_read_nor_followed(
-    hub: Hub, tmp_path: Path, sentinel: Path
+    hub: Hub, tmp_path: Path, sentinel: Path, planted: str
 ) -> None:
+    """A ref that is a link is not followed, even to a file that holds the very commit (a
+    ref's content is printed; only a plain file inside the cache is a ref); a FIFO is not
+    waited on."""
     project = locked_project(hub, tmp_path)
     cache = tmp_path / "cache"
     assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
                      cwd=project).code == 0
     ref = cache / "models--acme--tiny-bert" / "refs" / "main"
+    revision = ref.read_text()
     ref.unlink()
-    ref.symlink_to(sentinel / "x" / "secret")
+    if planted == "link to a secret":
+        ref.symlink_to(sentinel / "x" / "secret")
+    elif planted == "link to a commit":
+        (sentinel / "x" / "main").write_text(revision)
+        ref.symlink_to(sentinel / "x" / "main")
+    else:
+        os.mkfifo(ref)  # a reader that waited for a writer would never return
     before = tree_digest(sentinel)
     checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
     assert checked.code == 0
@@ -136,7 +147,8 @@ def test_a_ref_that_is_a_link_is_neither_read_nor_followed(
     assert "TOPSECRET" not in checked.stdout + checked.stderr
     assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
                      cwd=project).code == 0
-    assert not ref.is_symlink()  # the link itself was replaced, its target untouched
+    assert not ref.is_symlink() and ref.is_file()  # replaced, its target untouched
+    assert ref.read_text() == revision
     assert tree_digest(sentinel) == before
 
 

@@ -295,6 +295,29 @@ def expire(*paths: Path) -> None:
         os.utime(path, (old, old))
 
 
+def test_a_syncs_progress_adds_up_to_each_file(hub: Hub, tmp_path: Path) -> None:
+    """What execute_plan reports per file (the bars a user watches) sums to the file's size,
+    for a large file through hf_transfer, small ones and an empty one: never twice, never
+    short."""
+    from collections import Counter
+
+    from wlock.cache.sync import execute_plan, plan_sync
+
+    repo_id = big(hub)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    locked = read_lock(project / "weights.lock")
+    progress: Counter[str] = Counter()
+    started: dict[str, int] = {}
+    result = execute_plan(plan_sync(locked, tmp_path / "cache"), endpoint=hub.endpoint,
+                          token=None, on_start=started.__setitem__,
+                          on_bytes=lambda label, n: progress.update({label: n}))
+    sizes = {f"{repo_id}/{f.path}": f.size for f in locked.repos[0].files}
+    assert result.fetched_bytes == sum(sizes.values())
+    assert started == sizes
+    assert {label: progress[label] for label in sizes} == sizes
+
+
 def test_progress_adds_up_to_the_file_once_fetched(hub: Hub, tmp_path: Path) -> None:
     """What a large transfer reports as it goes (a watchdog samples the growing file) sums
     to exactly its size: a bar never overshoots or stops short."""

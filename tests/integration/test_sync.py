@@ -166,6 +166,30 @@ def test_another_cache_gives_its_blobs_and_one_it_cannot_read_comes_from_the_hub
     assert check(project, cache).code == 0
 
 
+def test_each_source_is_asked_in_turn_before_the_hub(hub: Hub, tmp_path: Path) -> None:
+    """Two --from-cache folders: a blob the first lacks comes from the second; the Hub is
+    asked for nothing."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert sync(hub, project, first).code == 0
+    assert sync(hub, project, second).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    lacking = [f for f in repo.files if f.size][:2]
+    for f in lacking:
+        (first / "models--acme--tiny-bert" / "blobs" / f.etag).unlink()
+    hub.process.reset_stats()
+    done = sync(hub, project, tmp_path / "cache", "--from-cache", str(first),
+                "--from-cache", str(second), "--json")
+    assert done.code == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["restored"][f"cache {second}"] == {
+        "files": 2, "bytes": sum(f.size for f in lacking)}
+    assert report["restored"][f"cache {first}"]["files"] == sum(
+        1 for f in repo.files if f.size) - 2
+    assert report["fetched_files"] == 0 and hub.process.stats()["log"] == []
+
+
 def test_a_locked_commit_squashed_away_upstream_names_the_commit_and_how_to_relock(
     hub: Hub, tmp_path: Path
 ) -> None:
@@ -639,8 +663,11 @@ def test_json_reports_for_scripts(hub: Hub, tmp_path: Path) -> None:
     assert plan["repos"][0]["fetch"] == ["config.json", "model.safetensors", "tokenizer.json"]
     assert plan["repos"][0]["ref"] == "main"
     assert not cache.exists()
+    began = time.monotonic()
     done = json.loads(sync(hub, project, cache, "--json").stdout)
+    took = time.monotonic() - began
     assert (done["fetched_files"], done["fetched_bytes"]) == (3, 165 + 128 + 262144)
+    assert 0 < done["seconds"] <= took  # the sync's own time, within the command's
     again = json.loads(sync(hub, project, cache, "--json").stdout)
     assert (again["fetched_files"], again["files_to_fetch"]) == (0, 0)
     assert again["repos"][0]["present"] == 3 and again["repos"][0]["ref"] is None
