@@ -152,6 +152,34 @@ def test_a_ref_that_is_a_link_is_neither_read_nor_followed(
     assert tree_digest(sentinel) == before
 
 
+@pytest.mark.parametrize("other", ["a blob that sorts before", "a blob that sorts after"])
+def test_a_snapshot_link_to_another_blob_is_repointed_by_sync(
+    hub: Hub, tmp_path: Path, other: str
+) -> None:
+    """A link of the locked snapshot that points at another file's blob (a hand edit, a
+    tool that linked by name) is wrong whatever the two names: check says so, sync fixes
+    it."""
+    from wlock.cache.layout import link_target
+
+    project = locked_project(hub, tmp_path)
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    top = sorted((f for f in repo.files if "/" not in f.path), key=lambda f: f.etag)
+    victim = top[len(top) // 2]
+    stranger = top[0] if other.endswith("before") else top[-1]
+    link = cache / "models--acme--tiny-bert" / "snapshots" / repo.revision / victim.path
+    link.unlink()
+    link.symlink_to(link_target(victim.path, stranger.etag))
+    checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
+    assert checked.code == 1 and victim.path in checked.stdout
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    assert os.readlink(link) == link_target(victim.path, victim.etag)
+    assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
+
+
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
 def test_check_hashes_regular_files_only(hub: Hub, tmp_path: Path, kind: str) -> None:
     project = write_project(tmp_path / "p", MANIFEST)

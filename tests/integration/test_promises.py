@@ -288,6 +288,33 @@ def test_a_sync_that_downloads_removes_a_dead_syncs_leftovers_in_snapshots_and_r
     assert check(project, cache).code == 0
 
 
+def test_a_holder_that_stopped_writing_does_not_hold_the_sync_forever(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Another process holds a blob's download lock (huggingface_hub's own, or a wlock
+    sync frozen on a dead mount) and writes nothing: after --timeout seconds without
+    progress the sync downloads alongside it and finishes."""
+    import fcntl
+
+    from wlock.cache.layout import blob_lock_path
+
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    repo = read_lock(project / "weights.lock").repos[0]
+    held = next(f for f in repo.files if f.size)
+    lock_file = blob_lock_path(RepoPaths.of(cache, repo), held.etag)
+    lock_file.parent.mkdir(parents=True)
+    holder = os.open(lock_file, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        done = sync(hub, project, cache, "--timeout", "2")
+        assert done.code == 0, done.stderr
+    finally:
+        os.close(holder)
+    assert check(project, cache).code == 0
+
+
 def expire(*paths: Path) -> None:
     """Age files past the lease: their writer stopped renewing them."""
     old = time.time() - LEASE - 5
@@ -316,6 +343,70 @@ def test_a_syncs_progress_adds_up_to_each_file(hub: Hub, tmp_path: Path) -> None
     assert result.fetched_bytes == sum(sizes.values())
     assert started == sizes
     assert {label: progress[label] for label in sizes} == sizes
+
+
+def test_a_sync_waiting_on_another_writer_follows_its_progress_to_the_size(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Another process downloads a blob (it holds the blob's lock, its temp file grows, then
+    it publishes): the sync waits instead of downloading it too, its bar for that file
+    follows the other writer, and the bar ends at the file's size, counted once."""
+    import fcntl
+    import threading
+    from collections import Counter
+
+    from wlock.cache.layout import blob_lock_path
+    from wlock.cache.sync import execute_plan, plan_sync
+
+    repo_id = big(hub)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    locked = read_lock(project / "weights.lock")
+    shard = next(f for f in locked.repos[0].files if f.size == BIG)
+    reference = tmp_path / "reference"
+    assert sync(hub, project, reference).code == 0
+    data = (RepoPaths.of(reference, locked.repos[0]).blobs / shard.etag).read_bytes()
+
+    paths = RepoPaths.of(tmp_path / "cache", locked.repos[0])
+    paths.blobs.mkdir(parents=True)
+    lock_file = blob_lock_path(paths, shard.etag)
+    lock_file.parent.mkdir(parents=True)
+    holder = os.open(lock_file, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    temp = paths.blobs / f".{shard.etag}.{HOST}.00000000-1.0a0b0c0d.wlock-incomplete"
+
+    def other_writer() -> None:
+        quarter = len(data) // 4
+        with open(temp, "wb") as out:
+            for n in range(4):
+                time.sleep(0.5)
+                out.write(data[n * quarter:(n + 1) * quarter if n < 3 else None])
+                out.flush()
+        os.rename(temp, paths.blob(shard.etag))
+        os.close(holder)
+
+    writer = threading.Thread(target=other_writer)
+    hub.process.reset_stats()
+    writer.start()
+    label = f"{repo_id}/{shard.path}"
+    steps: list[int] = []
+    progress: Counter[str] = Counter()
+
+    def on_bytes(name: str, n: int) -> None:
+        progress[name] += n
+        if name == label:
+            steps.append(progress[name])
+
+    try:
+        result = execute_plan(plan_sync(locked, tmp_path / "cache"), endpoint=hub.endpoint,
+                              token=None, on_bytes=on_bytes)
+    finally:
+        writer.join(30)
+    assert progress[label] == shard.size, steps
+    assert len(steps) >= 3 and steps == sorted(steps), steps  # it followed the writer
+    assert result.fetched_bytes == sum(f.size for f in locked.repos[0].files) - BIG
+    assert not [e for e in hub.process.stats()["log"] if e["path"].endswith(shard.path)]
+    assert check(project, tmp_path / "cache").code == 0
 
 
 def test_progress_adds_up_to_the_file_once_fetched(hub: Hub, tmp_path: Path) -> None:

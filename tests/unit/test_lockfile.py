@@ -134,6 +134,8 @@ def test_strings_that_need_escaping_survive(tmp_path: Path) -> None:
         (lambda t: t.replace("size = 148,", "size = -1,"),
          "weights.lock:10: `model.files`: acme/tiny-bert: config.json: bad size -1"),
         (lambda t: t + "extra = 1\n", "weights.lock:"),
+        (lambda t: t.replace("version = 1\n", "version = 1\nsigned-by = \"me\"\n"),
+         "weights.lock:3: `signed-by`: unknown key"),
         (lambda t: t.replace("[[dataset]]", "[[dataset]"), "weights.lock:15: invalid TOML"),
         # Hand-edited locks from the torture run (issue 7): names that would become paths.
         (lambda t: t.replace('requested = "main"', 'requested = "../../../x"'),

@@ -10,7 +10,7 @@ import pytest
 from wlock.errors import InvalidFileError, UsageError
 from wlock.lock.hub import RemoteSnapshot
 from wlock.lock.manifest import read_manifest
-from wlock.lock.resolve import diff_locks, plan_lock, select_files
+from wlock.lock.resolve import diff_locks, merge_locks, plan_lock, select_files
 from wlock.models import LockedFile, ManifestEntry
 
 C1, C2 = "1" * 40, "2" * 40
@@ -101,3 +101,22 @@ def test_diff_of_identical_locks_is_empty(tmp_path: Path) -> None:
     lock = plan_lock(manifest(tmp_path, '[[model]]\nid = "acme/a"\n'), None, FakeHub()).lock
     assert diff_locks(lock, lock) == ()
     assert [c.render() for c in diff_locks(None, lock)] == ["acme/a  main  (new) -> 1111111"]
+
+
+@pytest.mark.parametrize("other", ['["*.json"]', '["onnx/", "*.json"]', '["onnx/model.onnx"]'])
+def test_a_merge_keeps_only_the_side_locked_as_weights_toml_asks(
+    tmp_path: Path, other: str
+) -> None:
+    """Each side of a conflicted lock chose its files by its own `include`; after the merge
+    weights.toml says `include = ["onnx/"]`: only the side locked that way is kept, however
+    the other side's globs sort against it."""
+    hub = FakeHub()
+    theirs = plan_lock(manifest(tmp_path, '[[model]]\nid = "acme/a"\ninclude = ["onnx/"]\n'),
+                       None, hub).lock
+    hub.heads = {"acme/a": C2, "acme/b": C2}
+    ours = plan_lock(manifest(tmp_path, f'[[model]]\nid = "acme/a"\ninclude = {other}\n'),
+                     None, hub).lock
+    merged = manifest(tmp_path, '[[model]]\nid = "acme/a"\ninclude = ["onnx/"]\n')
+    lock, notes = merge_locks(merged, ours, theirs)
+    assert lock.repos == theirs.repos
+    assert notes == ("acme/a: kept 1111111 (only theirs locks it as weights.toml asks)",)
