@@ -44,10 +44,10 @@ def hub_error(
             repo=repo_id,
             hint=f"Wait and retry; an authenticated token gets higher limits ({NEED_TOKEN}).",
         )
-    if status in (401, 403):
-        return HubError(f"{where}: unauthorized ({status})", repo=repo_id,
-                        hint=f"Your token may be invalid or expired: {NEED_TOKEN}.")
     suffix = f" for {about!r}" if about else ""
+    if status in (401, 403):
+        return HubError(f"{where}: unauthorized ({status}){suffix}", repo=repo_id,
+                        hint=f"Your token may be invalid or expired: {NEED_TOKEN}.")
     return HubError(f"{where}: the Hub answered {status}{suffix}", repo=repo_id,
                     hint="Retry later; if it persists, check the endpoint's status.")
 

@@ -427,3 +427,20 @@ def test_progress_adds_up_to_the_file_once_fetched(hub: Hub, tmp_path: Path) -> 
                                 path=shard.path, size=shard.size, etag=shard.etag,
                                 hash_kind=shard.hash_kind, temp=tmp_path / "shard.tmp"))
     assert len(reported) > 1 and sum(reported) == shard.size
+    # Part-way, the bar stood where the file was (megabytes in), not near zero until the end.
+    so_far = [sum(reported[:n]) for n in range(1, len(reported))]
+    assert any(1 << 20 <= n < shard.size for n in so_far), so_far
+
+
+def test_the_token_goes_to_the_endpoints_origin_only() -> None:
+    """The same scheme, host (in any case) and port as the endpoint get the token; a CDN on
+    another host, the same host over another scheme or port, or a look-alike name get none
+    (a signed URL needs none, and a token there leaks)."""
+    with Transfer("https://hub.example.org", "hf_secret", jobs=1) as transfer:
+        def sent(url: str) -> bool:
+            return "Authorization" in transfer._headers_for(url)
+
+        assert sent("https://hub.example.org/api/x") and sent("https://HUB.example.org:443/x")
+        for other in ("https://cdn.example.org/x", "http://hub.example.org/x",
+                      "https://hub.example.org:8443/x", "https://hub.example.org.evil.test/x"):
+            assert not sent(other), other

@@ -352,6 +352,31 @@ def test_persistently_corrupt_bytes_fail_with_exit_1_and_never_enter_the_cache(
     assert check(project, cache).code == 0
 
 
+@pytest.mark.parametrize("sorts", ["before", "after"])
+def test_a_repo_that_fails_leaves_the_others_complete_with_their_refs(
+    hub: Hub, tmp_path: Path, sorts: str
+) -> None:
+    """One repo's file is refused by the Hub: that repo gets no snapshot and no ref; every
+    other repo of the lock is complete and its ref written, whichever way the names sort."""
+    broken = f"{'AAA' if sorts == 'before' else 'zzz'}-{os.getpid()}/broken-{len(sorts)}"
+    hub.builder.commit("model", broken, {"config.json": b"{}\n", "broken.bin": b"x" * 100})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{broken}"\n\n'
+                            '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    hub.process.faults({"action": "status", "status": 403, "match": "/broken.bin"})
+    cache = tmp_path / "cache"
+    done = sync(hub, project, cache)
+    assert done.code == 5, done.stderr
+    assert f"model {broken}: unauthorized (403) for 'broken.bin'" in done.stderr
+    good = next(r for r in read_lock(project / "weights.lock").repos if r.id == "acme/tiny-bert")
+    assert (cache / "models--acme--tiny-bert" / "refs" / "main").read_text() == good.revision
+    assert Path(snapshot_download("acme/tiny-bert", cache_dir=cache, local_files_only=True)
+                ).name == good.revision
+    failed = cache / f"models--{broken.replace('/', '--')}"
+    assert not (failed / "refs" / "main").exists()
+    assert list((failed / "snapshots").iterdir()) == []
+
+
 def test_gated_repo_with_and_without_token(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/gated-llama"\n')
     lock(hub, project)
@@ -504,7 +529,8 @@ def test_check_reports_every_kind_of_problem(hub: Hub, tmp_path: Path) -> None:
     assert "fetch 1 (165 B), 1 of them corrupt, link 2, present 6, ref main" in dry.stdout
     # A stat-only sync cannot see same-size wrong bytes; --verify hashes and refetches them.
     verify_dry = sync(hub, project, cache, "--dry-run", "--verify")
-    assert "fetch 2 (" in verify_dry.stdout and "2 of them corrupt" in verify_dry.stdout
+    assert "fetch 2 (" in verify_dry.stdout
+    assert "2 of them corrupt, link 2, present 5, ref main" in verify_dry.stdout
     repaired = sync(hub, project, cache, "--verify")
     assert repaired.code == 0, repaired.stderr
     after = check(project, cache)
