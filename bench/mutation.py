@@ -552,11 +552,19 @@ HARMLESS = ROOT / "bench" / "mutation_harmless.toml"
 class Harmless:
     """bench/mutation_harmless.toml: survivors judged harmless, each by its module, the
     source line it mutates (as written, stripped: line numbers move as code does), the line
-    after it where the same text occurs twice (`next`), what the mutant made of it where
-    only that replacement is harmless (`to`), the operators (all when absent) and why."""
+    after it or the function holding it where the same text occurs twice (`next`,
+    `function`), what the mutant made of it where only that replacement is harmless (`to`),
+    the operators (all when absent) and why."""
 
     def __init__(self, entries: list[dict[str, Any]]) -> None:
         self.entries = entries
+        self._modules: dict[str, Module] = {}
+
+    def _function(self, mutation: Any) -> str:
+        module = str(mutation.module_path)
+        if module not in self._modules:
+            self._modules[module] = Module(ROOT / module)
+        return self._modules[module].function(mutation.start_pos)
 
     @classmethod
     def load(cls) -> Harmless:
@@ -578,6 +586,7 @@ class Harmless:
             operators = entry.get("operators")
             if entry["module"] == str(mutation.module_path) and entry["line"] == removed \
                     and entry.get("next", after) == after and entry.get("to", added) == added \
+                    and ("function" not in entry or entry["function"] == self._function(mutation)) \
                     and (operators is None or mutation.operator_name.removeprefix("core/")
                          in operators):
                 return str(entry["why"])

@@ -564,8 +564,9 @@ def test_read_only_cache_exits_6(hub: Hub, tmp_path: Path) -> None:
         lock(hub, project)
         result = sync(hub, project, mount)
         assert result.code == 6
-        assert result.stderr.startswith(
-            f"error: cannot write the cache at {mount}: Read-only file system"
+        assert result.stderr.startswith(  # the cause, and the file or folder it concerns
+            f"error: cannot write the cache at {mount}: Read-only file system "
+            f"({mount}/models--acme--tiny-bert)\n"
         )
 
 
