@@ -123,12 +123,24 @@ def modules_digest(clone: Path) -> str:
 
 
 def judge_again(session: Path) -> None:
-    """Forget the verdicts of the survivors (and the harness's errors): they run again."""
+    """Forget the verdicts of the survivors HARMLESS does not explain (and the harness's
+    errors): they run again, with the tests as they are now."""
     import sqlite3
 
-    with sqlite3.connect(session) as db:
-        db.execute("DELETE FROM work_results WHERE worker_outcome = 'NORMAL' AND "
-                   "test_outcome != 'KILLED'")
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    explained = Harmless.load()
+    again = []
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item, result in db.completed_work_items:
+            verdict = json.loads(result.output or "{}").get("verdict")
+            if verdict in ("survived", "uncovered", "error") and (
+                    verdict == "error" or not explained.why(item.mutations[0],
+                                                            result.diff or "")):
+                again.append(item.job_id)
+    with sqlite3.connect(session) as conn:
+        conn.executemany("DELETE FROM work_results WHERE job_id = ?", [(j,) for j in again])
+    print(f"{len(again)} survivors to judge again", flush=True)
 
 
 def init_session(clone: Path, session: Path) -> None:
