@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Hub, read_only, run_wlock, tmpfs, write_project
 from wlock.lock.lockfile import read_lock
 
@@ -91,6 +93,24 @@ def test_check_reports_a_stale_lock_with_exit_3_and_no_request(hub: Hub, tmp_pat
         "changed (added acme/tiny-squad; changed: acme/tiny-bert's include/exclude differ from the lock's)\n"
         "hint: To update the lock file, run `wlock lock`.\n"
     )
+
+
+@pytest.mark.parametrize("forged", ["0" * 64, "f" * 64])
+def test_a_lock_whose_manifest_digest_was_edited_is_stale(
+    hub: Hub, tmp_path: Path, forged: str
+) -> None:
+    """Every entry agrees with weights.toml, but the lock records another manifest: it was
+    edited by hand or written for another weights.toml. Stale, whichever way the digests
+    sort."""
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    lock_file = project / "weights.lock"
+    text = lock_file.read_text()
+    digest = text.split('manifest = "', 1)[1].split('"', 1)[0]
+    lock_file.write_text(text.replace(digest, f"blake3:{forged}"))
+    stale = run_wlock("lock", "--check", "--endpoint", DEAD_ENDPOINT, cwd=project)
+    assert stale.code == 3
+    assert "its manifest digest does not match weights.toml" in stale.stderr
 
 
 def test_comment_only_edits_keep_the_lock_fresh(hub: Hub, tmp_path: Path) -> None:
