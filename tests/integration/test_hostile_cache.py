@@ -180,6 +180,36 @@ def test_a_snapshot_link_to_another_blob_is_repointed_by_sync(
     assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
 
 
+def test_a_blob_that_links_out_of_the_cache_is_unsafe_and_never_read(
+    hub: Hub, tmp_path: Path, sentinel: Path
+) -> None:
+    """A blob replaced by a link to a file outside the cache (of the same size, so that only
+    where it points gives it away): check names it unsafe without hashing it; sync replaces
+    the link with the real bytes; the file outside is untouched."""
+    project = locked_project(hub, tmp_path)
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    victim = next(f for f in repo.files if f.path == "config.json")
+    outside = sentinel / "x" / "same-size"
+    outside.write_bytes(b"S" * victim.size)
+    blob = cache / "models--acme--tiny-bert" / "blobs" / victim.etag
+    blob.unlink()
+    blob.symlink_to(outside)
+    before = tree_digest(sentinel)
+    checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
+    assert checked.code == 1
+    assert ("not a file of the cache: model acme/tiny-bert: config.json: expected a file in "
+            "the cache, found a "
+            "link out of the cache") in checked.stdout, checked.stdout
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    assert blob.is_file() and not blob.is_symlink()
+    assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
+    assert tree_digest(sentinel) == before
+
+
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
 def test_check_hashes_regular_files_only(hub: Hub, tmp_path: Path, kind: str) -> None:
     project = write_project(tmp_path / "p", MANIFEST)

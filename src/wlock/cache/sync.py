@@ -169,8 +169,8 @@ def _plan_repo(repo: LockedRepo, cache_dir: Path) -> RepoSyncPlan:
         except OSError:
             link_ok = False
         try:
-            st = os.stat(blobs + etag)
-            # Only a regular file counts: a FIFO or a device is refetched and replaced.
+            st = os.lstat(blobs + etag)
+            # Only a regular file counts: a FIFO, a device or a link is refetched and replaced.
             size: int | None = st.st_size if blobs_ok and S_ISREG(st.st_mode) else -1
         except OSError:
             size = None
