@@ -90,10 +90,12 @@ def main() -> None:
     elif fingerprint.read_text(encoding="utf-8") != modules_digest(clones[0]):
         sys.exit(f"{', '.join(MODULES)} changed since the session in {work} began: its "
                  "mutants no longer match the code. Start another (a new --keep folder).")
+    again = work / "again.json"
     if args.again:
-        judge_again(session)
+        again.write_text(json.dumps(judge_again(session)), encoding="utf-8")
     tests = measure(clones[0], work)
-    pending = pending_items(session, args.sample, args.seed)
+    first = json.loads(again.read_text(encoding="utf-8")) if again.exists() else []
+    pending = pending_items(session, args.sample, args.seed, first)
     stop = work / "STOP"
     stop.unlink(missing_ok=True)
     print(f"running {len(pending)} mutants, {len(clones)} at a time (Ctrl-C or `touch {stop}`"
@@ -122,7 +124,7 @@ def modules_digest(clone: Path) -> str:
     return digest.hexdigest()
 
 
-def judge_again(session: Path) -> None:
+def judge_again(session: Path) -> list[str]:
     """Forget the verdicts of the survivors HARMLESS does not explain (and the harness's
     errors): they run again, with the tests as they are now."""
     import sqlite3
@@ -140,7 +142,8 @@ def judge_again(session: Path) -> None:
                 again.append(item.job_id)
     with sqlite3.connect(session) as conn:
         conn.executemany("DELETE FROM work_results WHERE job_id = ?", [(j,) for j in again])
-    print(f"{len(again)} survivors to judge again", flush=True)
+    print(f"{len(again)} survivors to judge again, first", flush=True)
+    return again
 
 
 def init_session(clone: Path, session: Path) -> None:
@@ -172,13 +175,16 @@ def skip_annotations(session: Path, clone: Path) -> None:
                 db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
 
 
-def pending_items(session: Path, size: int, seed: int) -> list[Any]:
+def pending_items(session: Path, size: int, seed: int, first: list[str]) -> list[Any]:
     from cosmic_ray.work_db import WorkDB, use_db
 
     with use_db(str(session), WorkDB.Mode.open) as db:
         pending = list(db.pending_work_items)
-    # In a random order, so that a run stopped part way is a fair sample of all.
+    # In a random order, so that a run stopped part way is a fair sample of all; the
+    # survivors judged again (--again) before the rest.
     random.Random(seed).shuffle(pending)
+    ahead = set(first)
+    pending.sort(key=lambda item: item.job_id not in ahead)
     return pending[:size] if size else pending
 
 
