@@ -11,13 +11,15 @@ Prints the score and every survivor's diff.
 Each mutant runs only the tests that execute its line. A first run of the suite under
 coverage.py names each measured line's tests, in the test process and in every process a
 test starts (the CLI, the transfer workers: a `sitecustomize` starts coverage in each, its
-context the test's id from the environment). A mutant then runs those tests, fastest
-first, with `-x`; a mutant in code run at import (a module constant, a default argument,
-a decorator) runs every test, fastest first. `--budget` caps the seconds of tests one
-mutant runs (the fastest that fit): a survivor is reported with how many of its line's
-tests it ran, so the cap is visible. A mutant whose line no test executes survives without
-running anything. A mutant that hangs its tests past the timeout counts as killed
-(cosmic-ray's view: the tests noticed).
+context the test's id from the environment). A mutant then runs those tests with `-x`: the
+tests that killed mutants in the same function first, then the fastest. A mutant in code
+run at import (a module constant, a decorator) runs every test; a default argument, the
+tests that run its function's body. `--budget` caps the seconds of tests one mutant runs:
+a survivor is reported with how many of its line's tests it ran, so the cap is visible
+(judge the survivors again with `--again --budget 0`). A mutant whose line no test
+executes survives without running anything. A mutant that hangs its tests past the
+timeout counts as killed (cosmic-ray's view: the tests noticed). Survivors that
+bench/mutation_harmless.toml explains are counted by reason; every other one is printed.
 
 Not part of CI. The clones are of the checkout's HEAD: commit first. `--jobs` clones run
 mutants side by side (each test run is serial, so two jobs keep two cores busy).
@@ -320,7 +322,8 @@ class Module:
     def lines(self, first: tuple[int, int], last: tuple[int, int]) -> range | None:
         """The lines of the innermost statement holding the mutation (of its header, for
         an `if`, a loop, a `def`...: its body runs apart), or None when that code runs at
-        import: outside every function body."""
+        import: outside every function body. A default argument of a function defined at
+        import gives the function's body: only calls use it."""
         node: ast.AST = self.tree
         in_function = False
         statement: ast.AST | None = None
@@ -337,6 +340,11 @@ class Module:
                 body = node.body if isinstance(node.body, list) else [node.body]
                 if start(body[0]) <= first:
                     in_function = True
+        if (not in_function and isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and start(statement) <= first < start(statement.body[0])):
+            # A default argument of a function defined at import: evaluated then, but used
+            # only by calls, each of which runs the body.
+            return range(statement.body[0].lineno, (statement.end_lineno or 0) + 1)
         if not in_function or statement is None:
             return None
         head, tail = statement.lineno, statement.end_lineno or statement.lineno

@@ -262,6 +262,17 @@ def test_a_download_of_another_machine_is_judged_by_its_lease_never_by_its_pid(
     expire(*elsewhere)
     assert "Already in sync" in sync(hub, project, cache).stderr
     assert not any(t.exists() for t in elsewhere)
+    # A lease under a second is a lease all the same: ten seconds without renewal is far
+    # inside the default (kept) and far past 0.9 s (removed).
+    quiet = elsewhere[0]
+    quiet.write_bytes(b"not renewed for ten seconds")
+    aged = time.time() - 10
+    os.utime(quiet, (aged, aged))
+    assert "Already in sync" in sync(hub, project, cache).stderr
+    assert quiet.exists()
+    done = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project, env={"WLOCK_LEASE": "0.9"})
+    assert "Already in sync" in done.stderr and not quiet.exists()
 
 
 def test_a_sync_that_downloads_removes_a_dead_syncs_leftovers_in_snapshots_and_refs(
