@@ -101,6 +101,7 @@ def test_a_dead_endpoint_ends_the_sync_quickly_with_one_line_per_cause(
     assert lines[1].startswith(f"  cannot connect to {dead}: ")
     assert lines[1].endswith(": 5 files (" + lines[1].split(": 5 files (")[1])
     assert lines[1].endswith(".safetensors and 2 more)")  # three named, the rest counted
+    assert lines[1].rsplit(": 5 files (", 1)[1].count(", ") == 2
     assert elapsed < 30, elapsed
 
 

@@ -210,6 +210,29 @@ def test_a_blob_that_links_out_of_the_cache_is_unsafe_and_never_read(
     assert tree_digest(sentinel) == before
 
 
+def test_check_reports_every_blob_whose_bytes_changed(hub: Hub, tmp_path: Path) -> None:
+    """Every blob overwritten with other bytes of the same size: check names each one (files
+    are told apart by device and inode, so that hard links are hashed once; two different
+    files are never taken for one)."""
+    project = locked_project(hub, tmp_path)
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    blobs = cache / "models--acme--tiny-bert" / "blobs"
+    changed = sorted(f.path for f in repo.files if f.size)
+    for f in repo.files:
+        if f.size:
+            blob = blobs / f.etag
+            os.chmod(blob, 0o644)
+            blob.write_bytes(os.urandom(f.size))
+    checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
+    assert checked.code == 1
+    named = sorted(line.split(": ")[2] for line in checked.stdout.splitlines()
+                   if line.startswith("wrong bytes: "))
+    assert named == changed, checked.stdout
+
+
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
 def test_check_hashes_regular_files_only(hub: Hub, tmp_path: Path, kind: str) -> None:
     project = write_project(tmp_path / "p", MANIFEST)
