@@ -4,6 +4,7 @@ someone else: neither may make wlock write or read outside the cache (issue 7)."
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -174,8 +175,11 @@ def test_a_snapshot_link_to_another_blob_is_repointed_by_sync(
     link.symlink_to(link_target(victim.path, stranger.etag))
     checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
     assert checked.code == 1 and victim.path in checked.stdout
-    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                     cwd=project).code == 0
+    relinked = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                         "--json", cwd=project)
+    assert relinked.code == 0, relinked.stderr
+    report = json.loads(relinked.stdout)  # a link to make, nothing to fetch
+    assert (report["fetched_files"], report["fetched_bytes"]) == (0, 0), report
     assert os.readlink(link) == link_target(victim.path, victim.etag)
     assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
 
