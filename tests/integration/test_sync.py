@@ -29,6 +29,7 @@ from tests.conftest import (
 )
 from tests.integration.test_shared_fs import downloads_per_file
 from wlock.cache.sync import SMALL_CONCURRENCY
+from wlock.cache.transfer import MAX_ATTEMPTS
 from wlock.lock.lockfile import read_lock
 
 BIG = 24 * 1024 * 1024  # above transfer.LARGE_FILE: goes through hf_transfer
@@ -661,6 +662,8 @@ def test_persistent_server_errors_give_up_with_exit_5(hub: Hub, tmp_path: Path) 
         "error: model acme/tiny-bert: the Hub answered 503 for 'config.json'\n"
         "hint: Retry later; if it persists, check the endpoint's status.\n"
     )
+    asked = [e for e in hub.process.stats()["log"] if e["path"].endswith("/config.json")]
+    assert [e["status"] for e in asked] == [503] * MAX_ATTEMPTS  # then it gives up
 
 
 def test_ctrl_c_stops_transfers_in_flight(hub: Hub, tmp_path: Path, big_repo: str) -> None:
