@@ -17,6 +17,7 @@ from wlock.cache.layout import LEASE, RepoPaths, clean_stale_temps
 from wlock.cache.transfer import FetchJob, Transfer
 from wlock.lock.hub import HubClient
 from wlock.lock.lockfile import read_lock
+from wlock.models import LockedRepo
 
 
 def big(hub: Hub) -> str:
@@ -185,6 +186,17 @@ def test_concurrent_syncs_download_each_blob_once(hub: Hub, tmp_path: Path) -> N
     assert check(project, cache).code == 0
 
 
+def synced_tiny_bert(hub: Hub, tmp_path: Path) -> tuple[Path, Path, LockedRepo, RepoPaths]:
+    """acme/tiny-bert locked in a project and synced into a cache: (project, cache, the
+    locked repo, its paths in the cache)."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    assert sync(hub, project, cache).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    return project, cache, repo, RepoPaths.of(cache, repo)
+
+
 def test_another_nodes_dead_download_is_cleaned_by_a_sync_with_nothing_to_do(
     hub: Hub, tmp_path: Path
 ) -> None:
@@ -193,12 +205,7 @@ def test_another_nodes_dead_download_is_cleaned_by_a_sync_with_nothing_to_do(
     blob's download lock and its lease has run out, and never before."""
     import fcntl
 
-    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
-    lock(hub, project)
-    cache = tmp_path / "cache"
-    assert sync(hub, project, cache).code == 0
-    repo = read_lock(project / "weights.lock").repos[0]
-    paths = RepoPaths.of(cache, repo)
+    project, cache, repo, paths = synced_tiny_bert(hub, tmp_path)
     etag = repo.files[0].etag
     foreign = paths.blobs / f".{etag}.other-node.4242.0a0b0c0d.wlock-incomplete"
     foreign.write_bytes(b"x" * 4096)
@@ -240,11 +247,7 @@ def test_a_download_of_another_machine_is_judged_by_its_lease_never_by_its_pid(
     pid that is dead here does not make it stale; only its lease running out does. Two
     namespaces, one sorting before ours and one after, so that no ordering of names passes
     for equality."""
-    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
-    lock(hub, project)
-    cache = tmp_path / "cache"
-    assert sync(hub, project, cache).code == 0
-    paths = RepoPaths.of(cache, read_lock(project / "weights.lock").repos[0])
+    project, cache, _, paths = synced_tiny_bert(hub, tmp_path)
     dead = _a_dead_pid()
     elsewhere = [paths.blobs / f".{c * 64}.{HOST}.{machine}-{dead}.0a0b0c0d.wlock-incomplete"
                  for c, machine in (("a", "00000000"), ("b", "ffffffff"))
@@ -255,8 +258,7 @@ def test_a_download_of_another_machine_is_judged_by_its_lease_never_by_its_pid(
     assert all(t.exists() for t in elsewhere), "a live download elsewhere was removed"
     # A lease of 0 is no lease: ignored for the default, like a negative or a word.
     for lease in ("0", "-5", "soon"):
-        done = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                         cwd=project, env={"WLOCK_LEASE": lease})
+        done = sync(hub, project, cache, env={"WLOCK_LEASE": lease})
         assert "Already in sync" in done.stderr
         assert all(t.exists() for t in elsewhere), f"WLOCK_LEASE={lease} was taken as given"
     expire(*elsewhere)
@@ -270,8 +272,7 @@ def test_a_download_of_another_machine_is_judged_by_its_lease_never_by_its_pid(
     os.utime(quiet, (aged, aged))
     assert "Already in sync" in sync(hub, project, cache).stderr
     assert quiet.exists()
-    done = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                     cwd=project, env={"WLOCK_LEASE": "0.9"})
+    done = sync(hub, project, cache, env={"WLOCK_LEASE": "0.9"})
     assert "Already in sync" in done.stderr and not quiet.exists()
 
 
@@ -281,12 +282,7 @@ def test_a_sync_that_downloads_removes_a_dead_syncs_leftovers_in_snapshots_and_r
     """A sync killed between writing a link or a ref under a temp name and renaming it
     leaves that temp in snapshots/<commit>/ or refs/. The next sync with work to do removes
     them (a no-op sync looks only in blobs/ and staging, where the big leftovers are)."""
-    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
-    lock(hub, project)
-    cache = tmp_path / "cache"
-    assert sync(hub, project, cache).code == 0
-    repo = read_lock(project / "weights.lock").repos[0]
-    paths = RepoPaths.of(cache, repo)
+    project, cache, repo, paths = synced_tiny_bert(hub, tmp_path)
     writer = f"{HOST}.{MACHINE}-{_a_dead_pid()}.0a0b0c0d.wlock-tmp"
     link = paths.snapshot(repo.revision) / f".config.json.{writer}"
     link.symlink_to("../../blobs/" + repo.files[0].etag)
