@@ -44,6 +44,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ MODULES = ["src/wlock/cache/sync.py", "src/wlock/cache/transfer.py",
 TESTS = ["tests/unit", "tests/integration", "tests/cli/test_lock_cli.py",
          "tests/cli/test_habits.py", "tests/test_layers.py"]
 ALL = "*"  # the tests a mutant in import-time code runs: every one
+NOT_KILLED = ("survived", "uncovered", "error")  # verdicts; "error": the harness's fault
 
 
 def main() -> None:
@@ -140,9 +142,7 @@ def judge_again(session: Path) -> list[str]:
     with use_db(str(session), WorkDB.Mode.open) as db:
         for item, result in db.completed_work_items:
             verdict = json.loads(result.output or "{}").get("verdict")
-            if verdict in ("survived", "uncovered", "error") and (
-                    verdict == "error" or not explained.why(item.mutations[0],
-                                                            result.diff or "")):
+            if verdict in NOT_KILLED and not explained.explains(item, result):
                 again.append(item.job_id)
     with sqlite3.connect(session) as conn:
         conn.executemany("DELETE FROM work_results WHERE job_id = ?", [(j,) for j in again])
@@ -308,34 +308,31 @@ class Module:
     def in_annotation(self, first: tuple[int, int], last: tuple[int, int]) -> bool:
         return any(a <= first and last <= b for a, b in self.annotations)
 
-    def function(self, first: tuple[int, int]) -> str:
-        """The qualified name of the function or class holding `first` ("" at module level)."""
-        names: list[str] = []
+    def enclosing(self, first: tuple[int, int], last: tuple[int, int]) -> Iterator[ast.AST]:
+        """The nodes holding the span `first`..`last`, outermost first."""
         node: ast.AST = self.tree
         while True:
             inner = [child for child in ast.iter_child_nodes(node)
-                     if hasattr(child, "lineno") and start(child) <= first <= end(child)]
+                     if hasattr(child, "lineno") and start(child) <= first
+                     and last <= end(child)]
             if not inner:
-                return ".".join(names)
+                return
             node = inner[0]
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.append(node.name)
+            yield node
+
+    def function(self, first: tuple[int, int]) -> str:
+        """The qualified name of the function or class holding `first` ("" at module level)."""
+        return ".".join(node.name for node in self.enclosing(first, first) if isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
 
     def lines(self, first: tuple[int, int], last: tuple[int, int]) -> range | None:
         """The lines of the innermost statement holding the mutation (of its header, for
         an `if`, a loop, a `def`...: its body runs apart), or None when that code runs at
         import: outside every function body. A default argument of a function defined at
         import gives the function's body: only calls use it."""
-        node: ast.AST = self.tree
         in_function = False
         statement: ast.AST | None = None
-        while True:
-            inner = [child for child in ast.iter_child_nodes(node)
-                     if hasattr(child, "lineno") and start(child) <= first
-                     and last <= end(child)]
-            if not inner:
-                break
-            node = inner[0]
+        for node in self.enclosing(first, last):
             if isinstance(node, (ast.stmt, ast.ExceptHandler, ast.match_case)):
                 statement = node
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -538,7 +535,7 @@ def report(session: Path) -> None:
             detail = json.loads(result.output or "{}")
             verdict = detail.get("verdict", "error")
             verdicts[verdict] += 1
-            if verdict in ("survived", "uncovered", "error"):
+            if verdict in NOT_KILLED:
                 survivors.append((item, result, detail))
     killed = verdicts["killed"] + verdicts["timeout"]
     judged = killed + verdicts["survived"] + verdicts["uncovered"]
@@ -551,8 +548,8 @@ def report(session: Path) -> None:
     unexplained = []
     for item, result, detail in sorted(survivors, key=lambda s: (
             str(s[0].mutations[0].module_path), s[0].mutations[0].start_pos)):
-        why = explained.why(item.mutations[0], result.diff or "")
-        if why and detail.get("verdict") != "error":
+        why = explained.explains(item, result)
+        if why:
             reasons[why] += 1
         else:
             unexplained.append((item, result, detail))
@@ -600,6 +597,12 @@ class Harmless:
 
         with open(HARMLESS, "rb") as f:
             return cls(tomllib.load(f).get("harmless", []))
+
+    def explains(self, item: Any, result: Any) -> str | None:
+        """Why the survivor `item` is harmless, or None (never for a harness error)."""
+        if json.loads(result.output or "{}").get("verdict") == "error":
+            return None
+        return self.why(item.mutations[0], result.diff or "")
 
     def why(self, mutation: Any, diff: str) -> str | None:
         lines = diff.splitlines()
