@@ -6,11 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import Hub, run_wlock, write_project
+from wlock.cache.check import check_cache
 from wlock.lock.lockfile import read_lock
 
 MANIFEST = '[[model]]\nid = "acme/tiny-bert"\n'
@@ -235,6 +238,48 @@ def test_check_reports_every_blob_whose_bytes_changed(hub: Hub, tmp_path: Path) 
     named = sorted(line.split(": ")[2] for line in checked.stdout.splitlines()
                    if line.startswith("wrong bytes: "))
     assert named == changed, checked.stdout
+
+
+@pytest.mark.parametrize("numbers", [
+    lambda n: (0xFFBF, 1 + n),  # one device, inode numbers that differ in their low bits only
+    lambda n: (1 + n, 7),  # one inode number on several devices
+    lambda n: (0xFFFF, 64 * (1 + n)),  # inode numbers on the bits of the device * 64
+], ids=["one-device", "many-devices", "overlapping"])
+def test_check_never_takes_two_files_for_one(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    numbers: Callable[[int], tuple[int, int]],
+) -> None:
+    """Check hashes each (device, inode) once: two blobs whose numbers it confused would share
+    one verdict, and a corrupt blob would pass for the good one. The numbers a filesystem
+    hands out cannot be chosen, so os.lstat reports chosen ones for the blobs (the files and
+    their bytes stay real): numbers that a key mixing device and inode loosely would merge."""
+    project = locked_project(hub, tmp_path)
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    lock = read_lock(project / "weights.lock")
+    blobs = cache / "models--acme--tiny-bert" / "blobs"
+    sized = [f for f in lock.repos[0].files if f.size]
+    assert len(sized) >= 3
+    corrupt = sized[1]
+    blob = blobs / corrupt.etag
+    os.chmod(blob, 0o644)
+    blob.write_bytes(os.urandom(corrupt.size))
+    chosen = {str(blobs / f.etag): numbers(n) for n, f in enumerate(lock.repos[0].files)}
+    real_lstat = os.lstat
+
+    def lstat(path: str | os.PathLike[str], **kwargs: Any) -> os.stat_result:
+        st = real_lstat(path, **kwargs)
+        if str(path) not in chosen:
+            return st
+        fields = list(st[:10])
+        fields[2], fields[1] = chosen[str(path)]  # st_dev, st_ino
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    report = check_cache(lock, cache)
+    assert [(p.kind, p.path) for p in report.problems] == [("wrong-hash", corrupt.path)]
+    assert report.bytes_hashed == sum(f.size for f in sized)  # each blob hashed, once
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
