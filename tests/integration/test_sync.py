@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -735,3 +736,25 @@ def test_a_hand_edited_size_is_named_as_the_locks_fault(hub: Hub, tmp_path: Path
             f"git-sha1 {config.etag} are {config.size} bytes") in result.stderr
     assert "hint: The lock's size was edited" in result.stderr
     assert "proxy" not in result.stderr
+
+
+def test_a_sync_of_many_files_holds_few_descriptors(hub: Hub, tmp_path: Path) -> None:
+    """Each blob's download lock is a descriptor, closed (and its flock released) when the
+    blob is done: a sync of thousands of files stays within a process's default limit of
+    open files (1024), here a limit of 96 for 400 files."""
+    repo_id = hub.unique_id("many")
+    hub.builder.commit("model", repo_id, {f"f/{n:03}.txt": b"%d\n" % n for n in range(400)})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+
+    def few_descriptors() -> None:
+        default_sigint()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96))
+
+    cache = tmp_path / "cache"
+    done = subprocess.run(
+        [sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint, "--cache-dir",
+         str(cache)], cwd=project, capture_output=True, text=True, timeout=120,
+        preexec_fn=few_descriptors)
+    assert done.returncode == 0, done.stderr
+    assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
