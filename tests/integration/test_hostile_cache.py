@@ -244,7 +244,8 @@ def test_check_reports_every_blob_whose_bytes_changed(hub: Hub, tmp_path: Path) 
     lambda n: (0xFFBF, 1 + n),  # one device, inode numbers that differ in their low bits only
     lambda n: (1 + n, 7),  # one inode number on several devices
     lambda n: (0xFFFF, 64 * (1 + n)),  # inode numbers on the bits of the device * 64
-], ids=["one-device", "many-devices", "overlapping"])
+    lambda n: (3, n) if n % 2 else (2, 2**63 + n + 1),  # inode numbers of all 64 bits
+], ids=["one-device", "many-devices", "overlapping", "64-bit"])
 def test_check_never_takes_two_files_for_one(
     hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     numbers: Callable[[int], tuple[int, int]],

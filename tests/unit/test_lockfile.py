@@ -125,6 +125,13 @@ def test_strings_that_need_escaping_survive(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
+        # A file entry with a key no wlock writes, or that is no table at all (named at its
+        # `files` line: the locator counts entries by their `{`).
+        (lambda t: t.replace("size = 148,", "size = 148, mode = 420,"),
+         "weights.lock:10: `model.files`: acme/tiny-bert: malformed file entry"),
+        (lambda t: t.replace('{ path = "data/ü x.parquet", size = 5, sha256 = '
+                             f'"{"a" * 64}" }}', "0"),
+         "weights.lock:20: `dataset.files`: acme/squad: malformed file entry"),
         (lambda t: t.replace("version = 1", "version = 9"),
          "weights.lock:2: `version`: unsupported lock version 9 (this wlock reads version 1)"),
         (lambda t: t.replace(f'revision = "{COMMIT_B}"', 'revision = "main"'),
