@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -118,3 +120,25 @@ def test_leases_renew_what_they_hold_and_forget_it_after(tmp_path: Path) -> None
             assert time.monotonic() < deadline, "the held temp file was never renewed"
             time.sleep(0.02)
     assert leases.held() == []
+
+
+def test_the_flock_probe_works_for_a_user_who_is_not_root() -> None:
+    """The probe opens its file twice, for writing (an exclusive lock on NFS needs it):
+    the file it creates must be writable by its owner. Root writes any file, so the probe
+    runs as `nobody` (effective uid only, and back to root after), in a folder of its own."""
+    from wlock.cache.layout import _probe_flock
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to act as another user")
+    folder = Path(tempfile.mkdtemp(prefix="wlock-probe-"))
+    try:
+        folder.chmod(0o777)
+        os.seteuid(65534)
+        try:
+            works = _probe_flock(folder)
+        finally:
+            os.seteuid(0)
+        assert works is True
+        assert list(folder.iterdir()) == []  # the probe file is removed
+    finally:
+        shutil.rmtree(folder)
