@@ -91,6 +91,18 @@ def test_glob_matching_nothing_names_the_line(tmp_path: Path) -> None:
     )
 
 
+def test_of_several_globs_matching_nothing_the_first_in_the_manifest_is_named(
+    tmp_path: Path,
+) -> None:
+    m = manifest(tmp_path, '[[model]]\nid = "acme/a"\ninclude = ["*.json", "*.bin"]\n'
+                 'exclude = ["*.gguf"]\n')
+    with pytest.raises(InvalidFileError) as excinfo:
+        plan_lock(m, None, FakeHub())
+    assert str(excinfo.value) == (
+        f"{tmp_path}/weights.toml:3: `model.include`: '*.bin' matches no file of acme/a at 1111111"
+    )
+
+
 def test_upgrade_package_must_be_in_the_manifest(tmp_path: Path) -> None:
     m = manifest(tmp_path, '[[model]]\nid = "acme/a"\n')
     with pytest.raises(UsageError, match="--upgrade-package acme/zzz: not in"):
