@@ -85,11 +85,12 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def run_wlock(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> Result:
+def run_wlock(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+              timeout: float = 120) -> Result:
     """The real command line, in a child process, as a user or CI would run it."""
     proc = subprocess.run(
         [sys.executable, "-m", "wlock", *args], cwd=cwd, capture_output=True, text=True,
-        env={**os.environ, **(env or {})}, timeout=120, preexec_fn=default_sigint,
+        env={**os.environ, **(env or {})}, timeout=timeout, preexec_fn=default_sigint,
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
 

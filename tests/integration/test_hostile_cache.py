@@ -308,3 +308,23 @@ def test_check_hashes_regular_files_only(hub: Hub, tmp_path: Path, kind: str) ->
                      cwd=project).code == 0
     assert blob.is_file() and not blob.is_symlink()
     assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
+
+
+def test_sync_replaces_a_fifo_where_a_downloaded_blob_belongs(hub: Hub, tmp_path: Path) -> None:
+    """Before downloading, sync asks whether another writer published the blob: it opens
+    what is there without blocking, so a FIFO planted under the blob's name is judged (not a
+    file: download) instead of hanging the sync on a reader that never comes."""
+    project = locked_project(hub, tmp_path)
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    config = next(f for f in repo.files if f.path == "config.json")
+    blob = cache / "models--acme--tiny-bert" / "blobs" / config.etag
+    blob.unlink()
+    os.mkfifo(blob)
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project, timeout=30)
+    assert synced.code == 0, synced.stderr
+    assert blob.is_file() and not blob.is_symlink() and blob.stat().st_size == config.size
+    assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0

@@ -169,26 +169,31 @@ def test_another_cache_gives_its_blobs_and_one_it_cannot_read_comes_from_the_hub
 
 
 def test_each_source_is_asked_in_turn_before_the_hub(hub: Hub, tmp_path: Path) -> None:
-    """Two --from-cache folders: a blob the first lacks comes from the second; the Hub is
-    asked for nothing."""
+    """Two --from-cache folders: a blob the first lacks, or holds with other bytes (refused
+    and named), comes from the second; the Hub is asked for nothing."""
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
     lock(hub, project)
     first, second = tmp_path / "first", tmp_path / "second"
     assert sync(hub, project, first).code == 0
     assert sync(hub, project, second).code == 0
     repo = read_lock(project / "weights.lock").repos[0]
-    lacking = [f for f in repo.files if f.size][:2]
+    sized = [f for f in repo.files if f.size]
+    lacking, wrong = sized[:2], sized[2]
     for f in lacking:
         (first / "models--acme--tiny-bert" / "blobs" / f.etag).unlink()
+    blob = first / "models--acme--tiny-bert" / "blobs" / wrong.etag
+    blob.chmod(0o644)
+    blob.write_bytes(os.urandom(wrong.size))
     hub.process.reset_stats()
     done = sync(hub, project, tmp_path / "cache", "--from-cache", str(first),
                 "--from-cache", str(second), "--json")
     assert done.code == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["restored"][f"cache {second}"] == {
-        "files": 2, "bytes": sum(f.size for f in lacking)}
-    assert report["restored"][f"cache {first}"]["files"] == sum(
-        1 for f in repo.files if f.size) - 2
+        "files": 3, "bytes": sum(f.size for f in [*lacking, wrong])}
+    assert report["restored"][f"cache {first}"]["files"] == len(sized) - 3
+    assert [r.split(" (expected")[0] for r in report["refused"]] == [
+        f"acme/tiny-bert/{wrong.path}: cache {first}: wrong bytes"]
     assert report["fetched_files"] == 0 and hub.process.stats()["log"] == []
 
 

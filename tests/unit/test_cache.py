@@ -142,3 +142,19 @@ def test_the_flock_probe_works_for_a_user_who_is_not_root() -> None:
         assert list(folder.iterdir()) == []  # the probe file is removed
     finally:
         shutil.rmtree(folder)
+
+
+def test_a_leftover_gone_before_it_is_judged_is_left_alone(tmp_path: Path) -> None:
+    """Syncs on several nodes clean the same cache: a temp file another node's sync left is
+    judged by its age, and it may be removed by a third sync between the listing and the
+    judging. It is then nobody's to remove, and no error."""
+    from wlock.cache.layout import TEMP_SUFFIX, RepoPaths, _stale
+
+    paths = RepoPaths(tmp_path, tmp_path / "models--acme--a")
+    paths.blobs.mkdir(parents=True)
+    name = f".{'a' * 40}.elsewhere.0badcafe-1.00000000{TEMP_SUFFIX}"  # another node's
+    gone = paths.blobs / name
+    assert _stale(paths, name, str(gone), time.time()) is False
+    gone.touch()
+    os.utime(gone, (0, 0))  # its lease long run out
+    assert _stale(paths, name, str(gone), time.time()) is True
