@@ -94,6 +94,25 @@ def test_retry_after_is_what_a_transfer_waits(hub: Hub, tmp_path: Path) -> None:
     assert (tmp_path / "config.tmp").stat().st_size == f.size
 
 
+def test_download_workers_leave_on_their_own_when_a_transfer_ends(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Closing a Transfer closes each worker's stdin: the worker sees the end of its work
+    and exits 0. One left waiting would be killed only after 5 s, each in turn: the end of
+    every sync that downloaded a large file held that long."""
+    repo_id = big(hub)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    repo = read_lock(project / "weights.lock").repos[0]
+    f = next(f for f in repo.files if f.size == BIG)
+    with Transfer(hub.endpoint, None, jobs=2) as transfer:
+        transfer.fetch(FetchJob(kind="model", repo_id=repo.id, revision=repo.revision,
+                                path=f.path, size=f.size, etag=f.etag, hash_kind=f.hash_kind,
+                                temp=tmp_path / "model.tmp"))
+        workers = list(transfer._workers._all)
+    assert workers and [w.returncode for w in workers] == [0] * len(workers)
+
+
 def test_a_live_syncs_temp_files_survive_another_syncs_cleanup(
     hub: Hub, tmp_path: Path
 ) -> None:

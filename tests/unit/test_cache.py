@@ -158,3 +158,36 @@ def test_a_leftover_gone_before_it_is_judged_is_left_alone(tmp_path: Path) -> No
     gone.touch()
     os.utime(gone, (0, 0))  # its lease long run out
     assert _stale(paths, name, str(gone), time.time()) is True
+
+
+def test_a_download_worker_that_cannot_be_started_is_an_error_not_a_hang(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Workers are started by one spawner thread; a start that fails (fork's EAGAIN at a
+    process limit, EMFILE for its pipes) must reach the download that asked for it. Lost in
+    the spawner, it would leave the download waiting for a worker forever. No limit here
+    can be hit on purpose as root, so Popen fails as the kernel would make it."""
+    import subprocess
+    import threading
+
+    from wlock.cache.transfer import _WorkerPool
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    pool = _WorkerPool(1)
+    raised: list[BaseException] = []
+
+    def checkout() -> None:
+        try:
+            pool._checkout()
+        except BaseException as e:  # noqa: BLE001 - what reached the caller is the test
+            raised.append(e)
+
+    asking = threading.Thread(target=checkout, daemon=True)
+    asking.start()
+    asking.join(30)
+    assert not asking.is_alive(), "the download waited for a worker that never started"
+    assert [type(e) for e in raised] == [BlockingIOError]
+    pool.close()  # ends the spawner thread
