@@ -122,6 +122,44 @@ def test_leases_renew_what_they_hold_and_forget_it_after(tmp_path: Path) -> None
     assert leases.held() == []
 
 
+def test_a_held_temp_file_is_renewed_well_within_its_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Renewed every LEASE / 4: another node reclaims a leftover whose mtime is older than
+    LEASE, so a live sync's temp file must be touched again before that (here a lease of
+    2 s, renewed by 0.5 s; a renewal at the lease's end, or never, fails)."""
+    import wlock.cache.layout as layout
+
+    monkeypatch.setattr(layout, "LEASE", 2.0)
+    leases = _Leases()
+    temp = tmp_path / ".blob.wlock-incomplete"
+    temp.write_bytes(b"x")
+    os.utime(temp, (0, 0))
+    held = time.monotonic()
+    with leases.hold(temp):
+        while temp.stat().st_mtime == 0:
+            assert time.monotonic() - held < layout.LEASE, "not renewed within its lease"
+            time.sleep(0.02)
+
+
+def test_a_filesystem_without_flock_is_probed_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where flock fails with ENOLCK (NFS without a lock manager) the probe says it does not
+    work, and syncs go on without the lock, instead of failing. Every local filesystem here
+    has flock, so flock fails as on such a mount."""
+    import fcntl
+
+    from wlock.cache.layout import _probe_flock
+
+    def no_flock(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    assert _probe_flock(tmp_path) is False
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_flock_probe_works_for_a_user_who_is_not_root() -> None:
     """The probe opens its file twice, for writing (an exclusive lock on NFS needs it):
     the file it creates must be writable by its owner. Root writes any file, so the probe
