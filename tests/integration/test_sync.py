@@ -29,6 +29,7 @@ from tests.conftest import (
     write_project,
 )
 from tests.integration.test_shared_fs import downloads_per_file
+from wlock.cache.layout import RepoPaths, blob_lock_path
 from wlock.cache.sync import SMALL_CONCURRENCY
 from wlock.cache.transfer import MAX_ATTEMPTS
 from wlock.lock.lockfile import read_lock
@@ -686,6 +687,52 @@ def test_ctrl_c_stops_transfers_in_flight(hub: Hub, tmp_path: Path, big_repo: st
     hub.process.faults()
     assert sync(hub, project, cache).code == 0
     assert check(project, cache).code == 0
+
+
+def test_ctrl_c_stops_a_sync_waiting_for_another_writers_download(
+    hub: Hub, tmp_path: Path, big_repo: str
+) -> None:
+    """A second sync of the same cache waits on the blob locks the first holds; Ctrl-C stops
+    it at once, not when the first sync's download ends (minutes away here)."""
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{big_repo}"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    repo = read_lock(project / "weights.lock").repos[0]
+    paths = RepoPaths.of(cache, repo)
+    shards = {str(blob_lock_path(paths, f.etag)) for f in repo.files if f.size >= BIG // 2}
+    hub.process.faults({"action": "delay", "match": "/objects/", "delay_ms": 120_000})
+    syncs: list[subprocess.Popen[str]] = []
+    try:
+        for _ in ("holder", "waiter"):  # a holder that writes nothing: a stall after 300 s
+            syncs.append(subprocess.Popen(
+                [sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint,
+                 "--cache-dir", str(cache), "--timeout", "300"], cwd=project,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True, start_new_session=True,
+                preexec_fn=default_sigint))
+            deadline = time.monotonic() + 60
+            while not shards & _open_files(syncs[-1].pid):  # the holder's, then the waiter's
+                assert time.monotonic() < deadline and syncs[-1].poll() is None, \
+                    "the sync never opened a shard's lock"
+                time.sleep(0.05)
+        waiter = syncs[1]
+        os.killpg(waiter.pid, signal.SIGINT)
+        _, err = waiter.communicate(timeout=30)
+        assert waiter.returncode == 130, err
+        assert err.endswith("Aborted.\n") and "Traceback" not in err
+    finally:
+        for proc in syncs:
+            proc.kill()
+            proc.communicate()
+        hub.process.faults()
+
+
+def _open_files(pid: int) -> set[str]:
+    """What process `pid` has open now (an empty set once it is gone)."""
+    try:
+        return {os.path.realpath(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
+    except FileNotFoundError:
+        return set()
 
 
 def test_json_reports_for_scripts(hub: Hub, tmp_path: Path) -> None:
