@@ -351,7 +351,7 @@ def expire(*paths: Path) -> None:
 def test_a_syncs_progress_adds_up_to_each_file(hub: Hub, tmp_path: Path) -> None:
     """What execute_plan reports per file (the bars a user watches) sums to the file's size,
     for a large file through hf_transfer, small ones and an empty one: never twice, never
-    short."""
+    short, also when a download was refused (corrupt bytes) and fetched again."""
     from collections import Counter
 
     from wlock.cache.sync import execute_plan, plan_sync
@@ -360,15 +360,23 @@ def test_a_syncs_progress_adds_up_to_each_file(hub: Hub, tmp_path: Path) -> None
     project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
     lock(hub, project)
     locked = read_lock(project / "weights.lock")
+    hub.process.faults({"action": "corrupt", "match": "/config.json$", "times": 1})
     progress: Counter[str] = Counter()
+    rewound: list[str] = []  # a bar taken back: the refused bytes
+
+    def on_bytes(label: str, n: int) -> None:
+        progress.update({label: n})
+        if n < 0:
+            rewound.append(label)
+
     started: dict[str, int] = {}
     result = execute_plan(plan_sync(locked, tmp_path / "cache"), endpoint=hub.endpoint,
-                          token=None, on_start=started.__setitem__,
-                          on_bytes=lambda label, n: progress.update({label: n}))
+                          token=None, on_start=started.__setitem__, on_bytes=on_bytes)
     sizes = {f"{repo_id}/{f.path}": f.size for f in locked.repos[0].files}
     assert result.fetched_bytes == sum(sizes.values())
     assert started == sizes
     assert {label: progress[label] for label in sizes} == sizes
+    assert rewound, "no download was refused: the corrupt fault never fired"
 
 
 def test_a_sync_waiting_on_another_writer_follows_its_progress_to_the_size(
