@@ -71,6 +71,41 @@ def test_a_small_file_that_stalls_ends_the_sync_with_exit_5(
     assert elapsed < 2 * TIMEOUT + 20, elapsed
 
 
+def test_a_file_that_stalls_once_is_fetched_again_and_the_sync_succeeds(
+    hub: Hub, tmp_path: Path, sharded: Path
+) -> None:
+    """A stall is retried once: a server that stalled once and then answers costs one
+    --timeout, not the sync."""
+    hub.process.faults({"action": "stall", "listener": "hub", "match": "tokenizer.json",
+                        "bytes": 1000, "seconds": 120, "times": 1})
+    result, _ = sync(hub, sharded, tmp_path / "cache", "--timeout", str(TIMEOUT))
+    assert result.code == 0, result.stderr
+    asked = [e for e in hub.process.stats()["log"] if e["path"].endswith("/tokenizer.json")
+             and e["method"] == "GET"]
+    assert len(asked) >= 2, asked  # the stalled answer, and the one after it
+    assert run_wlock("check", "--cache-dir", str(tmp_path / "cache"), cwd=sharded).code == 0
+
+
+def test_one_file_that_keeps_stalling_leaves_the_others_fetched(
+    hub: Hub, tmp_path: Path, sharded: Path
+) -> None:
+    """A file whose server stalls twice fails alone: the endpoint is not taken for down (as
+    when nothing answers at all), so a file retried after that, here after a 503 asking to
+    wait 6 s, is still fetched."""
+    hub.process.faults({"action": "stall", "listener": "hub", "match": "tokenizer.json",
+                        "bytes": 1000, "seconds": 120},
+                       {"action": "status", "status": 503, "retry_after": 6, "times": 1,
+                        "match": "/config.json$"})
+    result, _ = sync(hub, sharded, tmp_path / "cache", "--timeout", str(TIMEOUT))
+    assert result.code == 5, result.stderr
+    repo = read_lock(sharded / "weights.lock").repos[0]
+    assert (f"\nerror: {repo.id}/tokenizer.json: no data for {TIMEOUT:g}s (stalled), twice\n"
+            in result.stderr), result.stderr
+    blobs = tmp_path / "cache" / f"models--{repo.id.replace('/', '--')}" / "blobs"
+    assert sorted(f.path for f in repo.files if (blobs / f.etag).is_file()) == sorted(
+        f.path for f in repo.files if f.path != "tokenizer.json")
+
+
 def test_an_api_that_never_answers_ends_lock_with_exit_5(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
     hub.process.faults({"action": "delay", "match": "^/api/models/", "delay_ms": 120_000})

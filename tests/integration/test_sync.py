@@ -405,6 +405,25 @@ def test_gated_repo_with_and_without_token(hub: Hub, tmp_path: Path) -> None:
     assert check(project, cache).code == 0
 
 
+def test_each_cause_of_a_failed_sync_is_said_once_in_its_own_words(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Files that fail for different causes are each named on a line of their own, with
+    the message a single failure would give, in the order of the messages (the downloads
+    end in any order: the same failures read the same on every run)."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    hub.process.faults({"action": "status", "status": 403, "match": "/config.json$"},
+                       {"action": "status", "status": 404, "match": "/tokenizer.json$"})
+    done = sync(hub, project, tmp_path / "cache")
+    assert done.code == 5, done.stderr
+    assert done.stderr.splitlines()[:3] == [
+        "error: 2 files failed:",
+        "  model acme/tiny-bert: the Hub answered 404 for 'tokenizer.json'",
+        "  model acme/tiny-bert: unauthorized (403) for 'config.json'",
+    ], done.stderr
+
+
 def test_two_concurrent_syncs_both_finish_with_a_correct_cache(
     hub: Hub, tmp_path: Path, big_repo: str
 ) -> None:

@@ -321,7 +321,7 @@ def execute_plan(
     if failures:
         if len(failures) == 1:
             raise failures[0]
-        raise SyncFailed(failures)
+        raise SyncFailed(sorted(failures, key=lambda f: f.message))  # the same on every run
     return SyncResult(plan=plan, fetched_files=hub_files,
                       fetched_bytes=fetched_bytes - sum(b for _, b in restored.values()),
                       linked=linked, seconds=time.monotonic() - started,
