@@ -257,6 +257,23 @@ def test_a_resumed_sync_counts_what_was_already_downloaded(hub: Hub, tmp_path: P
     assert check(project, cache).code == 0
 
 
+def test_files_folders_deep_are_read_by_huggingface_hub(hub: Hub, tmp_path: Path) -> None:
+    """A snapshot link climbs one `../` per folder to blobs/: huggingface_hub follows it to
+    the bytes at every depth."""
+    repo_id = hub.unique_id("deep")
+    files = {"config.json": b"{}\n", "onnx/model.onnx": b"one", "a/b/weights.bin": b"two",
+             "a/b/c/d/e.txt": b"four"}
+    commit = hub.builder.commit("model", repo_id, files)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    assert sync(hub, project, cache).code == 0
+    for path, data in files.items():
+        local = hf_hub_download(repo_id, path, revision=commit, cache_dir=cache,
+                                local_files_only=True)
+        assert Path(local).read_bytes() == data, path
+
+
 def test_upgrade_downloads_only_changed_files_and_relinks_the_rest(hub: Hub, tmp_path: Path) -> None:
     repo_id = hub.unique_id("upgrade")
     hub.builder.commit("model", repo_id, {"config.json": b'{"v": 1}\n',
