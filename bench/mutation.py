@@ -7,7 +7,7 @@ Prints the score and every survivor's diff.
     python bench/mutation.py --keep DIR           # every mutant (~2,900: ~7 h on 2 cores)
     python bench/mutation.py --sample 100         # a random sample
     python bench/mutation.py --keep DIR --report  # what has run so far
-    python bench/mutation.py --keep DIR --again --budget 0   # survivors, every test
+    python bench/mutation.py --keep DIR --again   # survivors first, with every test
 
 Each mutant runs only the tests that execute its line. A first run of the suite under
 coverage.py names each measured line's tests, in the test process and in every process a
@@ -16,8 +16,8 @@ context the test's id from the environment). A mutant then runs those tests with
 tests that killed mutants in the same function first, then the fastest. A mutant in code
 run at import (a module constant, a decorator) runs every test; a default argument, the
 tests that run its function's body. `--budget` caps the seconds of tests one mutant runs:
-a survivor is reported with how many of its line's tests it ran, so the cap is visible
-(judge the survivors again with `--again --budget 0`). A mutant whose line no test
+a survivor is reported with how many of its line's tests it ran, so the cap is visible;
+`--again` judges the survivors again, first and with no cap. A mutant whose line no test
 executes survives without running anything. A mutant that hangs its tests past the
 timeout counts as killed (cosmic-ray's view: the tests noticed). Survivors that
 bench/mutation_harmless.toml explains are counted by reason; every other one is printed.
@@ -70,13 +70,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="mutants run side by side")
     parser.add_argument("--budget", type=float, default=60.0,
                         help="seconds of tests (as measured) one mutant may run (0: no cap;"
-                        " judge the survivors again with --again --budget 0)")
+                        " --again judges the survivors with none)")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds one mutant's test run may take at most")
     parser.add_argument("--keep", type=Path, help="work here, keep it, resume from it")
     parser.add_argument("--again", action="store_true",
-                        help="with --keep: judge again, first, the survivors that "
-                        "bench/mutation_harmless.toml does not explain (after adding tests)")
+                        help="with --keep: judge again, first and with every test of their "
+                        "lines, the survivors that bench/mutation_harmless.toml does not "
+                        "explain (after adding tests)")
     parser.add_argument("--report", action="store_true",
                         help="with --keep: print the report of what has run, run nothing")
     args = parser.parse_args()
@@ -107,7 +108,7 @@ def main() -> None:
     print(f"running {len(pending)} mutants, {len(clones)} at a time (Ctrl-C or `touch {stop}`"
           " stops after the ones in flight; run again with the same --keep to go on)",
           flush=True)
-    run(session, pending, clones, tests, args.budget, args.timeout, stop)
+    run(session, pending, clones, tests, args.budget, args.timeout, stop, set(first))
     report(session)
 
 
@@ -377,9 +378,10 @@ class Outcome:
 
 
 def run(session: Path, items: list[Any], clones: list[Path], tests: Tests, budget: float,
-        timeout: float, stop: Path) -> None:
+        timeout: float, stop: Path, again: set[str]) -> None:
     """Each clone's thread takes the next mutant until none is left or `stop` exists (or
-    Ctrl-C): the mutants in flight finish, their clone is restored, the rest stay pending."""
+    Ctrl-C): the mutants in flight finish, their clone is restored, the rest stay pending.
+    The mutants in `again` (survivors judged again) run with no budget."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
@@ -405,8 +407,9 @@ def run(session: Path, items: list[Any], clones: list[Path], tests: Tests, budge
                     item = todo.get_nowait()
                 except queue.Empty:
                     return
-                outcomes.put(mutate_and_test(clone, item, modules, tests, killers, budget,
-                                             timeout))
+                outcomes.put(mutate_and_test(
+                    clone, item, modules, tests, killers,
+                    0.0 if item.job_id in again else budget, timeout))
         finally:
             outcomes.put(None)
 
