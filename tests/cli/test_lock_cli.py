@@ -265,6 +265,10 @@ def test_json_report(hub: Hub, tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert report["written"] is True and report["files"] == 2
     assert report["changes"][0]["id"] == "acme/tiny-bert" and report["changes"][0]["old"] is None
+    # Locked already: a dry run writes nothing and says so.
+    dry = json.loads(run_wlock("lock", "--json", "--dry-run", "--endpoint", hub.endpoint,
+                               cwd=project).stdout)
+    assert dry["written"] is False and dry["changes"] == [] and dry["files"] == 2
 
 
 def test_read_only_project_exits_6(hub: Hub, tmp_path: Path) -> None:

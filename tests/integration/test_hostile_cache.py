@@ -310,21 +310,28 @@ def test_check_hashes_regular_files_only(hub: Hub, tmp_path: Path, kind: str) ->
     assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
 
 
-def test_sync_replaces_a_fifo_where_a_downloaded_blob_belongs(hub: Hub, tmp_path: Path) -> None:
-    """Before downloading, sync asks whether another writer published the blob: it opens
-    what is there without blocking, so a FIFO planted under the blob's name is judged (not a
-    file: download) instead of hanging the sync on a reader that never comes."""
-    project = locked_project(hub, tmp_path)
+@pytest.mark.parametrize("size", [1, 165])
+def test_sync_replaces_a_fifo_where_a_downloaded_blob_belongs(
+    hub: Hub, tmp_path: Path, size: int
+) -> None:
+    """A FIFO planted under a blob's name is no blob, whatever the size the lock gives the
+    file (a FIFO's size is 0, a folder's 4096: none is ever taken for the file's). Before
+    downloading, sync asks whether another writer published the blob: it opens what is
+    there without blocking, instead of hanging on a reader that never comes."""
+    repo_id = hub.unique_id("fifo")
+    hub.builder.commit("model", repo_id, {"file.bin": os.urandom(size), "config.json": b"{}"})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
     cache = tmp_path / "cache"
     assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
                      cwd=project).code == 0
     repo = read_lock(project / "weights.lock").repos[0]
-    config = next(f for f in repo.files if f.path == "config.json")
-    blob = cache / "models--acme--tiny-bert" / "blobs" / config.etag
+    f = next(f for f in repo.files if f.path == "file.bin")
+    blob = cache / f"models--{repo_id.replace('/', '--')}" / "blobs" / f.etag
     blob.unlink()
     os.mkfifo(blob)
     synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
                        cwd=project, timeout=30)
     assert synced.code == 0, synced.stderr
-    assert blob.is_file() and not blob.is_symlink() and blob.stat().st_size == config.size
+    assert blob.is_file() and not blob.is_symlink() and blob.stat().st_size == size
     assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0

@@ -113,6 +113,36 @@ def test_download_workers_leave_on_their_own_when_a_transfer_ends(
     assert workers and [w.returncode for w in workers] == [0] * len(workers)
 
 
+def test_a_download_worker_that_died_idle_is_replaced(hub: Hub, tmp_path: Path) -> None:
+    """A worker killed between two downloads (the OOM killer, an operator's kill) is found
+    dead when the next download is handed to it, and another takes its place: the download
+    succeeds, and does not wait for a worker that will never be free again."""
+    import threading
+
+    repo_id = big(hub)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    repo = read_lock(project / "weights.lock").repos[0]
+    f = next(f for f in repo.files if f.size == BIG)
+
+    def job(name: str) -> FetchJob:
+        return FetchJob(kind="model", repo_id=repo.id, revision=repo.revision, path=f.path,
+                        size=f.size, etag=f.etag, hash_kind=f.hash_kind, temp=tmp_path / name)
+
+    with Transfer(hub.endpoint, None, jobs=1) as transfer:
+        transfer.fetch(job("first.tmp"))
+        [worker] = transfer._workers._all
+        worker.kill()
+        worker.wait()
+        second = threading.Thread(target=transfer.fetch, args=(job("second.tmp"),),
+                                  daemon=True)
+        second.start()
+        second.join(60)
+        assert not second.is_alive(), "the download waited for a dead worker"
+        assert transfer._workers.spawned == 2
+    assert (tmp_path / "second.tmp").stat().st_size == f.size
+
+
 def test_a_live_syncs_temp_files_survive_another_syncs_cleanup(
     hub: Hub, tmp_path: Path
 ) -> None:

@@ -32,6 +32,7 @@ from tests.integration.test_shared_fs import downloads_per_file
 from wlock.cache.layout import RepoPaths, blob_lock_path
 from wlock.cache.sync import SMALL_CONCURRENCY
 from wlock.cache.transfer import MAX_ATTEMPTS
+from wlock.hashing import hash_file
 from wlock.lock.lockfile import read_lock
 
 BIG = 24 * 1024 * 1024  # above transfer.LARGE_FILE: goes through hf_transfer
@@ -193,8 +194,10 @@ def test_each_source_is_asked_in_turn_before_the_hub(hub: Hub, tmp_path: Path) -
     assert report["restored"][f"cache {second}"] == {
         "files": 3, "bytes": sum(f.size for f in [*lacking, wrong])}
     assert report["restored"][f"cache {first}"]["files"] == len(sized) - 3
-    assert [r.split(" (expected")[0] for r in report["refused"]] == [
-        f"acme/tiny-bert/{wrong.path}: cache {first}: wrong bytes"]
+    got = hash_file(blob, wrong.hash_kind)
+    assert report["refused"] == [
+        f"acme/tiny-bert/{wrong.path}: cache {first}: wrong bytes (expected {wrong.hash_kind} "
+        f"{wrong.etag}, {wrong.size} bytes; got {got}, {wrong.size} bytes), refused"]
     assert report["fetched_files"] == 0 and hub.process.stats()["log"] == []
 
 

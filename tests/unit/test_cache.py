@@ -142,18 +142,21 @@ def test_a_held_temp_file_is_renewed_well_within_its_lease(
             time.sleep(0.02)
 
 
+@pytest.mark.parametrize("kind", ["fails", "excludes-nobody"])
 def test_a_filesystem_without_flock_is_probed_as_such(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
-    """Where flock fails with ENOLCK (NFS without a lock manager) the probe says it does not
-    work, and syncs go on without the lock, instead of failing. Every local filesystem here
-    has flock, so flock fails as on such a mount."""
+    """Where flock fails with ENOLCK (NFS without a lock manager), or succeeds for every
+    caller (Lustre's localflock, NFS's local_lock=all: each node locks only itself), the
+    probe says it does not work, and syncs go on without the lock, instead of failing or
+    trusting it. Every local filesystem here has flock, so flock acts as on such a mount."""
     import fcntl
 
     from wlock.cache.layout import _probe_flock
 
     def no_flock(fd: int, operation: int) -> None:
-        raise OSError(errno.ENOLCK, "No locks available")
+        if kind == "fails":
+            raise OSError(errno.ENOLCK, "No locks available")
 
     monkeypatch.setattr(fcntl, "flock", no_flock)
     assert _probe_flock(tmp_path) is False
