@@ -232,3 +232,28 @@ def test_a_download_worker_that_cannot_be_started_is_an_error_not_a_hang(
     assert not asking.is_alive(), "the download waited for a worker that never started"
     assert [type(e) for e in raised] == [BlockingIOError]
     pool.close()  # ends the spawner thread
+
+
+def test_a_process_of_another_user_is_alive() -> None:
+    """A temp file's writer on this machine is alive while its pid is: asking the kernel
+    (kill 0) about another user's process is refused (EPERM), and that process is alive.
+    Root may signal anyone, so the question is asked as `nobody` (real and effective uid,
+    root kept as the saved one to come back), about a process of root's."""
+    import subprocess
+
+    from wlock.cache.layout import _alive
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to act as another user")
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        os.setresuid(65534, 65534, 0)
+        try:
+            alive = _alive(sleeper.pid)
+        finally:
+            os.setresuid(0, 0, 0)
+        assert alive is True
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert _alive(sleeper.pid) is False  # reaped: gone
