@@ -10,11 +10,14 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import Hub, run_wlock, write_project
 from tests.integration.test_sync import BIG, check, lock, slow_sync_writing_a_shard, sync
 from wlock.atomic import HOST, MACHINE
 from wlock.cache.layout import LEASE, RepoPaths, clean_stale_temps
 from wlock.cache.transfer import FetchJob, Transfer
+from wlock.errors import WlockError
 from wlock.lock.hub import HubClient
 from wlock.lock.lockfile import read_lock
 from wlock.models import LockedRepo
@@ -141,6 +144,35 @@ def test_a_download_worker_that_died_idle_is_replaced(hub: Hub, tmp_path: Path) 
         assert not second.is_alive(), "the download waited for a dead worker"
         assert transfer._workers.spawned == 2
     assert (tmp_path / "second.tmp").stat().st_size == f.size
+
+
+def test_a_download_worker_that_cannot_start_fails_the_download_saying_why(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No worker process can be started (fork's EAGAIN at a process limit): the large
+    file's download fails, after its attempts, naming that cause; it is never taken for
+    downloaded. As root no limit can be hit on purpose: Popen fails as the kernel would."""
+    import errno
+    import subprocess
+
+    repo_id = big(hub)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    repo = read_lock(project / "weights.lock").repos[0]
+    f = next(f for f in repo.files if f.size == BIG)
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    with Transfer(hub.endpoint, None, jobs=1, wait=lambda seconds: None) as transfer, \
+            pytest.raises(WlockError) as failed:
+        transfer.fetch(FetchJob(kind="model", repo_id=repo.id, revision=repo.revision,
+                                path=f.path, size=f.size, etag=f.etag, hash_kind=f.hash_kind,
+                                temp=tmp_path / "model.tmp"))
+    assert "the download worker failed: [Errno 11] Resource temporarily unavailable" in str(
+        failed.value)
+    assert not (tmp_path / "model.tmp").exists()
 
 
 def test_a_live_syncs_temp_files_survive_another_syncs_cleanup(

@@ -151,6 +151,11 @@ def test_another_cache_gives_its_blobs_and_one_it_cannot_read_comes_from_the_hub
     if os.stat(blob).st_size != bad.size:
         pytest.skip("folders on this filesystem do not all have one size")
 
+    # Another source after it, holding every blob: the one the first cannot read comes from
+    # there (the Hub is not asked).
+    spare = tmp_path / "spare" / "hub"
+    assert sync(hub, project, spare).code == 0
+
     hub.process.reset_stats()
     cache = tmp_path / "cache"
     done = sync(hub, project, cache, "--from-cache", str(other.parent), "--json")
@@ -164,6 +169,13 @@ def test_another_cache_gives_its_blobs_and_one_it_cannot_read_comes_from_the_hub
     assert report["fetched_files"] == 1 and report["fetched_bytes"] == bad.size
     assert downloads_per_file(hub, repo) == {"config.json": 0, "tokenizer.json": 1,
                                              "vocab.txt": 0}
+    hub.process.reset_stats()
+    both = sync(hub, project, tmp_path / "cache2", "--from-cache", str(other.parent),
+                "--from-cache", str(spare.parent), "--json")
+    assert both.code == 0, both.stderr
+    report = json.loads(both.stdout)
+    assert report["restored"][f"cache {spare}"] == {"files": 1, "bytes": bad.size}
+    assert report["fetched_files"] == 0 and hub.process.stats()["log"] == []
     for f in repo.files:  # copies, not links into the other cache
         ours = cache / f"models--{repo_id.replace('/', '--')}" / "blobs" / f.etag
         assert ours.is_file() and not ours.is_symlink() and ours.stat().st_nlink == 1
