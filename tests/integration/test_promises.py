@@ -403,6 +403,48 @@ def test_a_holder_that_stopped_writing_does_not_hold_the_sync_forever(
     assert check(project, cache).code == 0
 
 
+def test_a_holder_stuck_part_way_is_taken_over_and_the_bar_ends_at_the_size(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """The holder of a blob's lock wrote a megabyte, then stopped (a node frozen mid-
+    download): its progress stands still, so after --timeout the sync downloads alongside
+    it. The bar, which followed the holder's bytes, starts over for ours and ends at the
+    file's size."""
+    import fcntl
+    import threading
+    from collections import Counter
+
+    from wlock.cache.layout import blob_lock_path
+    from wlock.cache.sync import execute_plan, plan_sync
+
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    locked = read_lock(project / "weights.lock")
+    repo = locked.repos[0]
+    held = max(repo.files, key=lambda f: f.size)
+    paths = RepoPaths.of(cache, repo)
+    lock_file = blob_lock_path(paths, held.etag)
+    lock_file.parent.mkdir(parents=True)
+    paths.blobs.mkdir(parents=True)
+    stuck = paths.blobs / f".{held.etag}.{HOST}.0badcafe-1.00000000.wlock-incomplete"
+    stuck.write_bytes(os.urandom(1 << 20))  # 2,048 blocks: no small number
+    progress: Counter[str] = Counter()
+    holder = os.open(lock_file, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        syncing = threading.Thread(target=lambda: execute_plan(
+            plan_sync(locked, cache), endpoint=hub.endpoint, token=None, timeout=2,
+            on_bytes=lambda label, n: progress.update({label: n})), daemon=True)
+        syncing.start()
+        syncing.join(60)
+        assert not syncing.is_alive(), "the sync waited on a holder that stopped"
+    finally:
+        os.close(holder)
+    assert progress[f"{repo.id}/{held.path}"] == held.size
+    assert check(project, cache).code == 0
+
+
 def expire(*paths: Path) -> None:
     """Age files past the lease: their writer stopped renewing them."""
     old = time.time() - LEASE - 5
