@@ -454,6 +454,9 @@ def test_each_cause_of_a_failed_sync_is_said_once_in_its_own_words(
         "  model acme/tiny-bert: the Hub answered 404 for 'tokenizer.json'",
         "  model acme/tiny-bert: unauthorized (403) for 'config.json'",
     ], done.stderr
+    # One hint: the first listed failure's.
+    assert done.stderr.splitlines()[3] == (
+        "hint: Retry later; if it persists, check the endpoint's status."), done.stderr
 
 
 def test_two_concurrent_syncs_both_finish_with_a_correct_cache(
