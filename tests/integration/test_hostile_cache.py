@@ -217,6 +217,27 @@ def test_a_blob_that_links_out_of_the_cache_is_unsafe_and_never_read(
     assert tree_digest(sentinel) == before
 
 
+def test_check_never_reads_blobs_through_a_blobs_folder_that_leaves_the_cache(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """blobs/ replaced by a link to a folder outside the cache that holds the right bytes:
+    check reads nothing there, and says each file is not in the cache."""
+    project = locked_project(hub, tmp_path)
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    blobs = cache / "models--acme--tiny-bert" / "blobs"
+    outside = tmp_path / "outside-blobs"
+    blobs.rename(outside)
+    blobs.symlink_to(outside)
+    checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
+    assert checked.code == 1, checked.stdout
+    repo = read_lock(project / "weights.lock").repos[0]
+    refused = sorted(line.split(": ")[2] for line in checked.stdout.splitlines()
+                     if "a link out of the cache" in line)
+    assert refused == sorted(f.path for f in repo.files), checked.stdout
+
+
 def test_check_reports_every_blob_whose_bytes_changed(hub: Hub, tmp_path: Path) -> None:
     """Every blob overwritten with other bytes of the same size: check names each one (files
     are told apart by device and inode, so that hard links are hashed once; two different
