@@ -563,6 +563,10 @@ def test_check_reports_every_kind_of_problem(hub: Hub, tmp_path: Path) -> None:
     snap = cache / "models--acme--tiny-bert" / "snapshots" / repo.revision
     blobs = cache / "models--acme--tiny-bert" / "blobs"
     (snap / "vocab.txt").unlink()
+    # Its blob stays, with other bytes of its size: only --verify sees them, in a file that
+    # was to be linked, not fetched.
+    os.chmod(blobs / files["vocab.txt"].etag, 0o644)
+    (blobs / files["vocab.txt"].etag).write_text("y" * files["vocab.txt"].size)
     os.chmod(blobs / files["tokenizer.json"].etag, 0o644)
     (blobs / files["tokenizer.json"].etag).write_text("x" * files["tokenizer.json"].size)
     (blobs / files["config.json"].etag).write_text("short")
@@ -591,8 +595,8 @@ def test_check_reports_every_kind_of_problem(hub: Hub, tmp_path: Path) -> None:
     assert "fetch 1 (165 B), 1 of them corrupt, link 2, present 6, ref main" in dry.stdout
     # A stat-only sync cannot see same-size wrong bytes; --verify hashes and refetches them.
     verify_dry = sync(hub, project, cache, "--dry-run", "--verify")
-    assert "fetch 2 (" in verify_dry.stdout
-    assert "2 of them corrupt, link 2, present 5, ref main" in verify_dry.stdout
+    assert "fetch 3 (" in verify_dry.stdout
+    assert "3 of them corrupt, link 1, present 5, ref main" in verify_dry.stdout
     repaired = sync(hub, project, cache, "--verify")
     assert repaired.code == 0, repaired.stderr
     after = check(project, cache)

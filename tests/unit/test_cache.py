@@ -257,3 +257,17 @@ def test_a_process_of_another_user_is_alive() -> None:
         sleeper.kill()
         sleeper.wait()
     assert _alive(sleeper.pid) is False  # reaped: gone
+
+
+@pytest.mark.parametrize(("count", "shown"), [
+    (3, "a/0, a/1, a/2"), (4, "a/0, a/1, a/2 and 1 more"), (7, "a/0, a/1, a/2 and 4 more")])
+def test_many_files_failing_for_one_cause_name_three_and_count_the_rest(
+    count: int, shown: str
+) -> None:
+    from wlock.cache.sync import SyncFailed
+    from wlock.errors import HubUnreachableError
+
+    cause = "cannot connect to http://127.0.0.1:9: Connection refused"
+    failed = SyncFailed([HubUnreachableError(f"a/{n}: {cause}", cause=cause, subject=f"a/{n}")
+                         for n in reversed(range(count))])
+    assert failed.message == f"{count} files failed:\n  {cause}: {count} files ({shown})"
