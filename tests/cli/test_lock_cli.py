@@ -93,6 +93,16 @@ def test_check_reports_a_stale_lock_with_exit_3_and_no_request(hub: Hub, tmp_pat
         "changed (added acme/tiny-squad; changed: acme/tiny-bert's include/exclude differ from the lock's)\n"
         "hint: To update the lock file, run `wlock lock`.\n"
     )
+    # Globs that sort before the locked ones differ all the same.
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    (project / "weights.toml").write_text(
+        '[[model]]\nid = "acme/tiny-bert"\ninclude = ["*.bin"]\n\n'
+        '[[dataset]]\nid = "acme/tiny-squad"\n'
+    )
+    narrowed = run_wlock("lock", "--check", "--endpoint", DEAD_ENDPOINT, cwd=project)
+    assert narrowed.code == 3
+    assert "(changed: acme/tiny-bert's include/exclude differ from the lock's)" in (
+        narrowed.stderr), narrowed.stderr
 
 
 @pytest.mark.parametrize("forged", ["0" * 64, "f" * 64])
@@ -265,10 +275,15 @@ def test_json_report(hub: Hub, tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert report["written"] is True and report["files"] == 2
     assert report["changes"][0]["id"] == "acme/tiny-bert" and report["changes"][0]["old"] is None
-    # Locked already: a dry run writes nothing and says so.
+    # Locked already: a dry run writes nothing and says so; nor does one with changes.
     dry = json.loads(run_wlock("lock", "--json", "--dry-run", "--endpoint", hub.endpoint,
                                cwd=project).stdout)
     assert dry["written"] is False and dry["changes"] == [] and dry["files"] == 2
+    (project / "weights.lock").unlink()
+    first = json.loads(run_wlock("lock", "--json", "--dry-run", "--endpoint", hub.endpoint,
+                                 cwd=project).stdout)
+    assert first["written"] is False and first["changes"] and first["files"] == 2
+    assert not (project / "weights.lock").exists()
 
 
 def test_read_only_project_exits_6(hub: Hub, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Hub, run_wlock, write_project
+from wlock.atomic import HOST, MACHINE
 from wlock.cache.check import check_cache
 from wlock.lock.lockfile import read_lock
 
@@ -236,6 +238,35 @@ def test_check_never_reads_blobs_through_a_blobs_folder_that_leaves_the_cache(
     refused = sorted(line.split(": ")[2] for line in checked.stdout.splitlines()
                      if "a link out of the cache" in line)
     assert refused == sorted(f.path for f in repo.files), checked.stdout
+
+
+def test_cleaning_never_follows_a_link_out_of_the_cache(hub: Hub, tmp_path: Path) -> None:
+    """A sync removes the leftovers of dead syncs from blobs/; a link planted there to a
+    folder outside is not walked, so a file out there named like a dead sync's leftover
+    stays."""
+    project = locked_project(hub, tmp_path)
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    blobs = cache / "models--acme--tiny-bert" / "blobs"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dead = _exited_pid()
+    name = f".{'0' * 40}.{HOST}.{MACHINE}-{dead}.00000000.wlock-incomplete"
+    (outside / name).write_bytes(b"not the cache's")
+    (blobs / name).write_bytes(b"a dead sync's leftover")
+    (blobs / "elsewhere").symlink_to(outside)
+    done = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project)
+    assert done.code == 0, done.stderr
+    assert not (blobs / name).exists()  # the cache's own leftover is removed
+    assert (outside / name).read_bytes() == b"not the cache's"
+
+
+def _exited_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
 
 
 def test_check_reports_every_blob_whose_bytes_changed(hub: Hub, tmp_path: Path) -> None:

@@ -582,3 +582,7 @@ def test_the_token_goes_to_the_endpoints_origin_only() -> None:
         for other in ("https://cdn.example.org/x", "http://hub.example.org/x",
                       "https://hub.example.org:8443/x", "https://hub.example.org.evil.test/x"):
             assert not sent(other), other
+    # Over http the default port is 80: written out or not, the same origin.
+    with Transfer("http://127.0.0.1", "hf_secret", jobs=1) as transfer:
+        assert "Authorization" in transfer._headers_for("http://127.0.0.1:80/api/x")
+        assert "Authorization" not in transfer._headers_for("http://127.0.0.1:81/api/x")
