@@ -17,7 +17,7 @@ from tests.integration.test_sync import BIG, check, lock, slow_sync_writing_a_sh
 from wlock.atomic import HOST, MACHINE
 from wlock.cache.layout import LEASE, RepoPaths, clean_stale_temps
 from wlock.cache.transfer import FetchJob, Transfer
-from wlock.errors import WlockError
+from wlock.errors import HubError, WlockError
 from wlock.lock.hub import HubClient
 from wlock.lock.lockfile import read_lock
 from wlock.models import LockedRepo
@@ -173,6 +173,36 @@ def test_a_download_worker_that_cannot_start_fails_the_download_saying_why(
     assert "the download worker failed: [Errno 11] Resource temporarily unavailable" in str(
         failed.value)
     assert not (tmp_path / "model.tmp").exists()
+
+
+def test_a_refusal_after_the_learned_shortcut_is_the_hubs_answer(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Small files go straight to the resolve-cache URL learned from an earlier file. When
+    that URL refuses one (403), the file is asked at /resolve once more, and a refusal
+    there is the Hub's answer: one request each, not a loop that ends in "too many
+    redirects" (seen once the order of downloads let a shortcut be learned first)."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    repo = read_lock(project / "weights.lock").repos[0]
+    files = {f.path: f for f in repo.files}
+
+    def job(path: str) -> FetchJob:
+        f = files[path]
+        return FetchJob(kind="model", repo_id=repo.id, revision=repo.revision, path=f.path,
+                        size=f.size, etag=f.etag, hash_kind=f.hash_kind,
+                        temp=tmp_path / f"{path}.tmp")
+
+    with Transfer(hub.endpoint, None, jobs=1) as transfer:
+        transfer.fetch(job("vocab.txt"))  # learns the shortcut
+        hub.process.reset_stats()
+        hub.process.faults({"action": "status", "status": 403, "match": "/config.json$"})
+        with pytest.raises(HubError) as refused:
+            transfer.fetch(job("config.json"))
+    assert "unauthorized (403) for 'config.json'" in str(refused.value)
+    asked = [(e["path"].split("?")[0], e["status"]) for e in hub.process.stats()["log"]]
+    assert [status for _, status in asked] == [403, 403], asked
+    assert "/resolve-cache/" in asked[0][0] and "/resolve/" in asked[1][0], asked
 
 
 def test_a_live_syncs_temp_files_survive_another_syncs_cleanup(

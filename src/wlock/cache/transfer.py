@@ -281,7 +281,7 @@ class Transfer:
                         # transient error (5xx, 429) is retried like any other.
                         response.read()
                         self._shortcuts[_repo_key(job)] = None
-                        url = shortcut = resolve_url
+                        url, shortcut = resolve_url, None
                         continue
                     target = self._next_hop(url, response, job)
                     if url == resolve_url and target is not None:
