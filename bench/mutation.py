@@ -98,10 +98,11 @@ def main() -> None:
         sys.exit(f"{', '.join(MODULES)} changed since the session in {work} began: its "
                  "mutants no longer match the code. Start another (a new --keep folder).")
     again = work / "again.json"
-    if args.again:
-        again.write_text(json.dumps(judge_again(session)), encoding="utf-8")
-    tests = measure(clones[0], work)
     first = json.loads(again.read_text(encoding="utf-8")) if again.exists() else []
+    if args.again:  # added to those of an earlier --again that have not run yet
+        first = list(dict.fromkeys([*first, *judge_again(session)]))
+        again.write_text(json.dumps(first), encoding="utf-8")
+    tests = measure(clones[0], work)
     pending = pending_items(session, args.sample, args.seed, first)
     stop = work / "STOP"
     stop.unlink(missing_ok=True)
