@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Hub, run_wlock, write_project
+from tests.integration.test_promises import _a_dead_pid, synced_tiny_bert
 from wlock.atomic import HOST, MACHINE
 from wlock.cache.check import check_cache
 from wlock.lock.lockfile import read_lock
@@ -224,17 +224,12 @@ def test_check_never_reads_blobs_through_a_blobs_folder_that_leaves_the_cache(
 ) -> None:
     """blobs/ replaced by a link to a folder outside the cache that holds the right bytes:
     check reads nothing there, and says each file is not in the cache."""
-    project = locked_project(hub, tmp_path)
-    cache = tmp_path / "cache"
-    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                     cwd=project).code == 0
-    blobs = cache / "models--acme--tiny-bert" / "blobs"
+    project, cache, repo, paths = synced_tiny_bert(hub, tmp_path)
     outside = tmp_path / "outside-blobs"
-    blobs.rename(outside)
-    blobs.symlink_to(outside)
+    paths.blobs.rename(outside)
+    paths.blobs.symlink_to(outside)
     checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
     assert checked.code == 1, checked.stdout
-    repo = read_lock(project / "weights.lock").repos[0]
     refused = sorted(line.split(": ")[2] for line in checked.stdout.splitlines()
                      if "a link out of the cache" in line)
     assert refused == sorted(f.path for f in repo.files), checked.stdout
@@ -244,14 +239,11 @@ def test_cleaning_never_follows_a_link_out_of_the_cache(hub: Hub, tmp_path: Path
     """A sync removes the leftovers of dead syncs from blobs/; a link planted there to a
     folder outside is not walked, so a file out there named like a dead sync's leftover
     stays."""
-    project = locked_project(hub, tmp_path)
-    cache = tmp_path / "cache"
-    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                     cwd=project).code == 0
-    blobs = cache / "models--acme--tiny-bert" / "blobs"
+    project, cache, _, paths = synced_tiny_bert(hub, tmp_path)
+    blobs = paths.blobs
     outside = tmp_path / "outside"
     outside.mkdir()
-    dead = _exited_pid()
+    dead = _a_dead_pid()
     name = f".{'0' * 40}.{HOST}.{MACHINE}-{dead}.00000000.wlock-incomplete"
     (outside / name).write_bytes(b"not the cache's")
     (blobs / name).write_bytes(b"a dead sync's leftover")
@@ -261,12 +253,6 @@ def test_cleaning_never_follows_a_link_out_of_the_cache(hub: Hub, tmp_path: Path
     assert done.code == 0, done.stderr
     assert not (blobs / name).exists()  # the cache's own leftover is removed
     assert (outside / name).read_bytes() == b"not the cache's"
-
-
-def _exited_pid() -> int:
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
 
 
 def test_check_reports_every_blob_whose_bytes_changed(hub: Hub, tmp_path: Path) -> None:
@@ -306,12 +292,9 @@ def test_check_never_takes_two_files_for_one(
     one verdict, and a corrupt blob would pass for the good one. The numbers a filesystem
     hands out cannot be chosen, so os.lstat reports chosen ones for the blobs (the files and
     their bytes stay real): numbers that a key mixing device and inode loosely would merge."""
-    project = locked_project(hub, tmp_path)
-    cache = tmp_path / "cache"
-    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                     cwd=project).code == 0
+    project, cache, _, paths = synced_tiny_bert(hub, tmp_path)
     lock = read_lock(project / "weights.lock")
-    blobs = cache / "models--acme--tiny-bert" / "blobs"
+    blobs = paths.blobs
     sized = [f for f in lock.repos[0].files if f.size]
     assert len(sized) >= 3
     corrupt = sized[1]
