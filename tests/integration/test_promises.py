@@ -20,7 +20,13 @@ from wlock.cache.transfer import FetchJob, Transfer
 from wlock.errors import HubError, WlockError
 from wlock.lock.hub import HubClient
 from wlock.lock.lockfile import read_lock
-from wlock.models import LockedRepo
+from wlock.models import LockedFile, LockedRepo
+
+
+def fetch_job(repo: LockedRepo, f: LockedFile, temp: Path) -> FetchJob:
+    """The Transfer job for one locked file of `repo`, written to `temp`."""
+    return FetchJob(kind=repo.kind, repo_id=repo.id, revision=repo.revision, path=f.path,
+                    size=f.size, etag=f.etag, hash_kind=f.hash_kind, temp=temp)
 
 
 def big(hub: Hub) -> str:
@@ -90,9 +96,7 @@ def test_retry_after_is_what_a_transfer_waits(hub: Hub, tmp_path: Path) -> None:
     hub.process.faults({"action": "status", "status": 429, "retry_after": 5, "times": 1,
                         "match": "/config.json$"})
     with Transfer(hub.endpoint, None, jobs=1, wait=waits.append) as transfer:
-        transfer.fetch(FetchJob(kind="model", repo_id=repo.id, revision=repo.revision,
-                                path=f.path, size=f.size, etag=f.etag, hash_kind=f.hash_kind,
-                                temp=tmp_path / "config.tmp"))
+        transfer.fetch(fetch_job(repo, f, tmp_path / "config.tmp"))
     assert waits == [5.0]
     assert (tmp_path / "config.tmp").stat().st_size == f.size
 
@@ -109,9 +113,7 @@ def test_download_workers_leave_on_their_own_when_a_transfer_ends(
     repo = read_lock(project / "weights.lock").repos[0]
     f = next(f for f in repo.files if f.size == BIG)
     with Transfer(hub.endpoint, None, jobs=2) as transfer:
-        transfer.fetch(FetchJob(kind="model", repo_id=repo.id, revision=repo.revision,
-                                path=f.path, size=f.size, etag=f.etag, hash_kind=f.hash_kind,
-                                temp=tmp_path / "model.tmp"))
+        transfer.fetch(fetch_job(repo, f, tmp_path / "model.tmp"))
         workers = list(transfer._workers._all)
     assert workers and [w.returncode for w in workers] == [0] * len(workers)
 
@@ -128,17 +130,14 @@ def test_a_download_worker_that_died_idle_is_replaced(hub: Hub, tmp_path: Path) 
     repo = read_lock(project / "weights.lock").repos[0]
     f = next(f for f in repo.files if f.size == BIG)
 
-    def job(name: str) -> FetchJob:
-        return FetchJob(kind="model", repo_id=repo.id, revision=repo.revision, path=f.path,
-                        size=f.size, etag=f.etag, hash_kind=f.hash_kind, temp=tmp_path / name)
-
     with Transfer(hub.endpoint, None, jobs=1) as transfer:
-        transfer.fetch(job("first.tmp"))
+        transfer.fetch(fetch_job(repo, f, tmp_path / "first.tmp"))
         [worker] = transfer._workers._all
         worker.kill()
         worker.wait()
-        second = threading.Thread(target=transfer.fetch, args=(job("second.tmp"),),
-                                  daemon=True)
+        second = threading.Thread(
+            target=transfer.fetch, args=(fetch_job(repo, f, tmp_path / "second.tmp"),),
+            daemon=True)
         second.start()
         second.join(60)
         assert not second.is_alive(), "the download waited for a dead worker"
@@ -167,9 +166,7 @@ def test_a_download_worker_that_cannot_start_fails_the_download_saying_why(
     monkeypatch.setattr(subprocess, "Popen", no_process)
     with Transfer(hub.endpoint, None, jobs=1, wait=lambda seconds: None) as transfer, \
             pytest.raises(WlockError) as failed:
-        transfer.fetch(FetchJob(kind="model", repo_id=repo.id, revision=repo.revision,
-                                path=f.path, size=f.size, etag=f.etag, hash_kind=f.hash_kind,
-                                temp=tmp_path / "model.tmp"))
+        transfer.fetch(fetch_job(repo, f, tmp_path / "model.tmp"))
     assert "the download worker failed: [Errno 11] Resource temporarily unavailable" in str(
         failed.value)
     assert not (tmp_path / "model.tmp").exists()
@@ -188,10 +185,7 @@ def test_a_refusal_after_the_learned_shortcut_is_the_hubs_answer(
     files = {f.path: f for f in repo.files}
 
     def job(path: str) -> FetchJob:
-        f = files[path]
-        return FetchJob(kind="model", repo_id=repo.id, revision=repo.revision, path=f.path,
-                        size=f.size, etag=f.etag, hash_kind=f.hash_kind,
-                        temp=tmp_path / f"{path}.tmp")
+        return fetch_job(repo, files[path], tmp_path / f"{path}.tmp")
 
     with Transfer(hub.endpoint, None, jobs=1) as transfer:
         transfer.fetch(job("vocab.txt"))  # learns the shortcut
@@ -591,9 +585,7 @@ def test_progress_adds_up_to_the_file_once_fetched(hub: Hub, tmp_path: Path) -> 
                         "delay_ms": 400})
     with Transfer(hub.endpoint, None, jobs=1, connections=1,  # one range at a time
                   on_bytes=lambda job, n: reported.append(n)) as transfer:
-        transfer.fetch(FetchJob(kind="model", repo_id=repo.id, revision=repo.revision,
-                                path=shard.path, size=shard.size, etag=shard.etag,
-                                hash_kind=shard.hash_kind, temp=tmp_path / "shard.tmp"))
+        transfer.fetch(fetch_job(repo, shard, tmp_path / "shard.tmp"))
     assert len(reported) > 1 and sum(reported) == shard.size
     # Part-way, the bar stood where the file was (megabytes in), not near zero until the end.
     so_far = [sum(reported[:n]) for n in range(1, len(reported))]
