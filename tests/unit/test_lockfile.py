@@ -165,6 +165,18 @@ def test_strings_that_need_escaping_survive(tmp_path: Path) -> None:
          "weights.lock:8: `model.revision`: acme/tiny-bert: `requested` is the commit cd46b88 but `revision` is 558d4e6"),
         (lambda t: t + t[t.index("[[dataset]]"):].replace("acme/squad", "ACME/Squad"),
          "weights.lock:24: `dataset.id`: dataset 'ACME/Squad' is locked twice (first at line 16)"),
+        # A content hash becomes a blob's file name in the cache: only 64 lowercase hex
+        # digits (or 40 for git-sha1) are one, whatever else a hand edit left there.
+        (lambda t: t.replace("9d" * 32, "../../../../../etc/passwd"),
+         "weights.lock:12: `model.files`: acme/tiny-bert: model.safetensors: malformed sha256"),
+        (lambda t: t.replace("9d" * 32, "9D" * 32),
+         "weights.lock:12: `model.files`: acme/tiny-bert: model.safetensors: malformed sha256"),
+        (lambda t: t.replace(f'sha256 = "{"9d" * 32}"', "sha256 = 9"),
+         "weights.lock:12: `model.files`: acme/tiny-bert: model.safetensors: malformed sha256"),
+        (lambda t: t.replace("e0a4fc6e12ac9f674fd77f8223842acaab001a59", "../e0a4fc6e"),
+         "weights.lock:10: `model.files`: acme/tiny-bert: config.json: malformed git-sha1"),
+        (lambda t: t.replace('"e0a4fc6e12ac9f674fd77f8223842acaab001a59"', "40"),
+         "weights.lock:10: `model.files`: acme/tiny-bert: config.json: malformed git-sha1"),
         (lambda t: t.replace('include = ["data/*"]', "include = " + "[" * 3000),
          "weights.lock:19: invalid TOML: arrays or tables nested too deeply"),
     ],
