@@ -507,6 +507,47 @@ def test_a_syncs_progress_adds_up_to_each_file(hub: Hub, tmp_path: Path) -> None
     assert rewound, "no download was refused: the corrupt fault never fired"
 
 
+def test_a_staging_folder_another_user_left_unwritable_is_exit_6_naming_it(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Users sharing a cache: `.wlock-staging` (where new snapshots are built) made by one
+    user with a umask of 022 is not writable by the next. Their sync stops before fetching,
+    with a LocalError (exit 6) that names the folder, and leaves no ref behind. Root writes
+    anywhere, so the sync runs as `nobody` (effective uid, back to root after)."""
+    import tempfile
+
+    from wlock.cache.sync import execute_plan, plan_sync
+    from wlock.errors import ExitCode, LocalError
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to act as another user")
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    locked = read_lock(project / "weights.lock")
+    cache = Path(tempfile.mkdtemp(prefix="wlock-shared-"))  # tmp_path is root's alone
+    try:
+        cache.chmod(0o777)
+        paths = RepoPaths.of(cache, locked.repos[0])
+        paths.root.mkdir(mode=0o777)
+        paths.root.chmod(0o777)
+        (paths.root / ".wlock-staging").mkdir(mode=0o755)  # root's, as another user's
+        hub.process.reset_stats()
+        os.seteuid(65534)
+        try:
+            with pytest.raises(LocalError) as excinfo:
+                execute_plan(plan_sync(locked, cache), endpoint=hub.endpoint, token=None)
+        finally:
+            os.seteuid(0)
+        message = str(excinfo.value)
+        assert excinfo.value.exit_code == ExitCode.LOCAL
+        assert "Permission denied" in message
+        assert f"({paths.root / '.wlock-staging'}/" in message, message
+        assert not (paths.root / "refs").exists()
+        assert not [e for e in hub.process.stats()["log"] if "/resolve/" in e["path"]]
+    finally:
+        shutil.rmtree(cache)
+
+
 def test_a_sync_waiting_on_another_writer_follows_its_progress_to_the_size(
     hub: Hub, tmp_path: Path
 ) -> None:
