@@ -110,24 +110,30 @@ def test_leases_renew_what_they_hold_and_forget_it_after(tmp_path: Path) -> None
     assert leases.held() == []
 
 
+@pytest.mark.parametrize("lease", [2.0, 4.0])
 def test_a_held_temp_file_is_renewed_well_within_its_lease(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lease: float,
 ) -> None:
     """Renewed every LEASE / 4: another node reclaims a leftover whose mtime is older than
-    LEASE, so a live sync's temp file must be touched again before that (here a lease of
-    2 s, renewed by 0.5 s; a renewal at the lease's end, or never, fails)."""
+    LEASE, so a live sync's temp file must be touched again well before that (a renewal at
+    the lease's end, or never, fails). And not sooner: a renewer in a loop would load a
+    shared filesystem's metadata server for nothing. The renewal's own mtime says when it
+    came, whatever the load on this machine. (Two leases: LEASE // 4 is 0 for the one,
+    LEASE % 4 for the other.)"""
     import wlock.cache.layout as layout
 
-    monkeypatch.setattr(layout, "LEASE", 2.0)
+    monkeypatch.setattr(layout, "LEASE", lease)
     leases = _Leases()
     temp = tmp_path / ".blob.wlock-incomplete"
     temp.write_bytes(b"x")
     os.utime(temp, (0, 0))
-    held = time.monotonic()
+    held, wall = time.monotonic(), time.time()
     with leases.hold(temp):
         while temp.stat().st_mtime == 0:
             assert time.monotonic() - held < layout.LEASE, "not renewed within its lease"
             time.sleep(0.02)
+    renewed_after = temp.stat().st_mtime - wall
+    assert lease / 4 - 0.05 <= renewed_after < lease / 2, "not renewed every LEASE / 4"
 
 
 @pytest.mark.parametrize("kind", ["fails", "excludes-nobody"])
