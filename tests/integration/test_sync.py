@@ -689,12 +689,16 @@ def test_small_files_take_one_round_trip_once_the_redirect_is_known(
     assert check(project, tmp_path / "cache").code == 0
 
 
-def test_a_cache_url_that_is_refused_falls_back_to_resolve(hub: Hub, tmp_path: Path) -> None:
+@pytest.mark.parametrize("status", [400, 404])
+def test_a_cache_url_that_is_refused_falls_back_to_resolve(
+    hub: Hub, tmp_path: Path, status: int
+) -> None:
     files = 120
     repo_id, project = _small_files_locked(hub, tmp_path, "fallback", files)
     # A Hub that redirects to its cache URL but refuses requests that did not come through
-    # /resolve: here, every cache URL request without the redirect's query.
-    hub.process.faults({"action": "status", "status": 404, "listener": "hub",
+    # /resolve: here, every cache URL request without the redirect's query (any 4xx but 429
+    # is a refusal, from the first, 400).
+    hub.process.faults({"action": "status", "status": status, "listener": "hub",
                         "match": "^/api/resolve-cache/", "query": "^$"})
     assert sync(hub, project, tmp_path / "cache").code == 0
     resolved, direct = _file_requests(hub, repo_id)
