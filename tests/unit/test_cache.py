@@ -118,8 +118,8 @@ def test_a_held_temp_file_is_renewed_well_within_its_lease(
     LEASE, so a live sync's temp file must be touched again well before that (a renewal at
     the lease's end, or never, fails). And not sooner: a renewer in a loop would load a
     shared filesystem's metadata server for nothing. The renewal's own mtime says when it
-    came, whatever the load on this machine. (Two leases: LEASE // 4 is 0 for the one,
-    LEASE % 4 for the other.)"""
+    came, whatever the load on this machine. (Two leases, so that a renewal every
+    LEASE // 4 or LEASE % 4 seconds, 0 for one of them, fails as well.)"""
     import wlock.cache.layout as layout
 
     monkeypatch.setattr(layout, "LEASE", lease)
