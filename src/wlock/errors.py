@@ -31,7 +31,9 @@ class WlockError(Exception):
     """Root of every expected failure: a message, a hint on what to do next, an exit code."""
 
     exit_code: ExitCode = ExitCode.CHECK_FAILED
-    label: str = "error"
+    # The kind of failure in a --json error report; None: the kind of its exit code (so an
+    # error that stands for several, as a sync's failed files, is the kind of its code).
+    label: str | None = None
     # Given by code that fails many files for one reason (a dead endpoint, a stalled
     # server), so a report can say the reason once and list the files under it.
     cause: str | None
@@ -49,6 +51,11 @@ class WlockError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    @property
+    def kind(self) -> str:
+        """What a script branches on: agrees with the exit code, as `hub` with 5."""
+        return self.label or _KINDS[self.exit_code]
 
 
 class CheckFailedError(WlockError):
@@ -170,3 +177,10 @@ class UnsafeCacheError(LocalError):
             "then run the command again.",
         )
         self.path = str(path)
+
+
+_KINDS = {
+    ExitCode.CHECK_FAILED: CheckFailedError.label, ExitCode.USAGE: UsageError.label,
+    ExitCode.LOCK_STALE: LockStaleError.label, ExitCode.INVALID_FILE: InvalidFileError.label,
+    ExitCode.HUB: HubError.label, ExitCode.LOCAL: LocalError.label,
+}

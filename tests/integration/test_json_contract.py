@@ -14,6 +14,11 @@ import pytest
 
 from tests.conftest import Hub, Result, run_wlock, write_project
 
+# The error kinds of each exit code: a script may branch on either, so they must agree,
+# also when several failures of different kinds are reported as one.
+KINDS = {1: {"check failed"}, 2: {"usage"}, 3: {"stale lock"}, 4: {"invalid file"},
+         5: {"hub", "archive"}, 6: {"local"}}
+
 
 def document(done: Result, command: str) -> dict:
     doc = json.loads(done.stdout)  # the whole of stdout: exactly one document
@@ -23,6 +28,7 @@ def document(done: Result, command: str) -> dict:
     assert doc["ok"] is (done.code == 0)
     if not doc["ok"] and "error" in doc:
         assert doc["error"]["message"] and doc["error"]["exit_code"] == done.code
+        assert doc["error"]["kind"] in KINDS[done.code], doc
     return doc
 
 

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
         output.error(redact(e.message), redact(e.hint) if e.hint else None)
         if as_json:
-            emit_error(_command(args), e.label, int(e.exit_code), redact(e.message),
+            emit_error(_command(args), e.kind, int(e.exit_code), redact(e.message),
                        redact(e.hint) if e.hint else None)
         sys.exit(int(e.exit_code))
     except KeyboardInterrupt:
