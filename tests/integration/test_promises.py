@@ -400,6 +400,26 @@ def test_a_sync_that_downloads_removes_a_dead_syncs_leftovers_in_snapshots_and_r
     assert check(project, cache).code == 0
 
 
+def test_a_sync_that_downloads_reclaims_dead_downloads_in_repos_it_does_not_lock(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A shared cache holds repos of many projects. A sync that downloads anyway also
+    removes what dead syncs left in the blobs/ of repos its own lock does not name (else a
+    half-downloaded shard stays until someone syncs that repo); a live one stays."""
+    _, cache, _, paths = synced_tiny_bert(hub, tmp_path)
+    dead = paths.blobs / f".{'e' * 64}.{HOST}.{MACHINE}-{_a_dead_pid()}.0a0b0c0d.wlock-incomplete"
+    dead.write_bytes(b"x" * 4096)
+    expire(dead)
+    live = paths.blobs / f".{'d' * 64}.other-node.77.0a0b0c0d.wlock-incomplete"
+    live.write_bytes(b"renewed a moment ago")
+    other = write_project(tmp_path / "other", '[[dataset]]\nid = "acme/tiny-squad"\n')
+    lock(hub, other)
+    done = sync(hub, other, cache)  # downloads: tiny-squad is not in the cache
+    assert done.code == 0, done.stderr
+    assert not dead.exists(), "a dead download in another repo was left"
+    assert live.exists()
+
+
 def test_a_holder_that_stopped_writing_does_not_hold_the_sync_forever(
     hub: Hub, tmp_path: Path
 ) -> None:
