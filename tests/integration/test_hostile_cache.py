@@ -238,7 +238,7 @@ def test_check_never_reads_blobs_through_a_blobs_folder_that_leaves_the_cache(
 def test_cleaning_never_follows_a_link_out_of_the_cache(hub: Hub, tmp_path: Path) -> None:
     """A sync removes the leftovers of dead syncs from blobs/; a link planted there to a
     folder outside is not walked, so a file out there named like a dead sync's leftover
-    stays."""
+    stays. A link named like a leftover is itself removed, never what it points at."""
     project, cache, _, paths = synced_tiny_bert(hub, tmp_path)
     blobs = paths.blobs
     outside = tmp_path / "outside"
@@ -248,10 +248,13 @@ def test_cleaning_never_follows_a_link_out_of_the_cache(hub: Hub, tmp_path: Path
     (outside / name).write_bytes(b"not the cache's")
     (blobs / name).write_bytes(b"a dead sync's leftover")
     (blobs / "elsewhere").symlink_to(outside)
+    posing = blobs / f".{'1' * 40}.{HOST}.{MACHINE}-{dead}.00000000.wlock-incomplete"
+    posing.symlink_to(outside)
     done = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
                      cwd=project)
     assert done.code == 0, done.stderr
     assert not (blobs / name).exists()  # the cache's own leftover is removed
+    assert not posing.is_symlink()  # the link, not the folder it names
     assert (outside / name).read_bytes() == b"not the cache's"
 
 
