@@ -16,6 +16,7 @@ from tests.conftest import Hub, run_wlock, write_project
 from tests.integration.test_promises import _a_dead_pid, synced_tiny_bert
 from wlock.atomic import HOST, MACHINE
 from wlock.cache.check import check_cache
+from wlock.cache.layout import link_target
 from wlock.lock.lockfile import read_lock
 
 MANIFEST = '[[model]]\nid = "acme/tiny-bert"\n'
@@ -372,4 +373,24 @@ def test_sync_replaces_a_fifo_where_a_downloaded_blob_belongs(
                        cwd=project, timeout=30)
     assert synced.code == 0, synced.stderr
     assert blob.is_file() and not blob.is_symlink() and blob.stat().st_size == size
+    assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
+
+
+def test_a_copied_file_where_a_snapshot_link_belongs_becomes_the_link(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """huggingface_hub copies a file into the snapshot where it cannot make links (and so
+    does a user who `cp`s one in): a sync puts the link to the blob in its place, and check
+    then passes. The copy is replaced whole, never written through."""
+    project, cache, repo, paths = synced_tiny_bert(hub, tmp_path)
+    f = next(f for f in repo.files if f.size)
+    link = paths.snapshot(repo.revision) / f.path
+    blob_bytes = (paths.blobs / f.etag).read_bytes()
+    link.unlink()
+    link.write_bytes(blob_bytes)
+    done = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project)
+    assert done.code == 0, done.stderr
+    assert link.is_symlink() and os.readlink(link) == link_target(f.path, f.etag)
+    assert (paths.blobs / f.etag).read_bytes() == blob_bytes
     assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
