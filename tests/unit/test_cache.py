@@ -89,6 +89,41 @@ def test_a_waiter_sees_the_holders_progress_and_takes_its_published_blob(
     assert seen == sorted(seen) and seen[-1] == f.size and len(seen) >= 2, seen
 
 
+def test_a_waiter_whose_blobs_folder_vanished_downloads_the_blob_itself(
+    tmp_path: Path,
+) -> None:
+    """A gc on another node removed the repo's blobs/ while this sync waited on that node's
+    download: no writer's progress can be read any more, which is no progress. After
+    `stall` seconds the waiter downloads the blob itself rather than failing."""
+    import fcntl
+    import threading
+
+    from wlock.cache.layout import RepoPaths, blob_lock_path, claim_blob, make_folder
+    from wlock.models import LockedFile, LockedRepo
+
+    f = LockedFile(path="model.bin", size=4096, sha256="ab" * 32)
+    repo = LockedRepo(kind="model", id="acme/x", requested="main", revision="c" * 40,
+                      files=(f,))
+    paths = RepoPaths.of(tmp_path, repo)
+    make_folder(paths, paths.blobs)
+    lock = blob_lock_path(paths, f.etag)
+    make_folder(paths, lock.parent)
+    holder = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    shutil.rmtree(paths.blobs)
+    outcome: list[bool] = []
+
+    def wait() -> None:
+        with claim_blob(paths, f, stall=0.5, stop=threading.Event()) as mine:
+            outcome.append(mine)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    waiter.join(10)
+    os.close(holder)
+    assert outcome == [True]
+
+
 def test_leases_renew_what_they_hold_and_forget_it_after(tmp_path: Path) -> None:
     """A live sync's temp file is touched while held, so another node's clean-up sees it
     alive; once released (nested holds too) it is forgotten, not renewed forever. Two
