@@ -753,6 +753,36 @@ def test_ctrl_c_stops_transfers_in_flight(hub: Hub, tmp_path: Path, big_repo: st
     assert check(project, cache).code == 0
 
 
+def test_ctrl_c_leaves_the_queued_files_alone(hub: Hub, tmp_path: Path, big_repo: str) -> None:
+    """Ctrl-C while the first shard downloads (--jobs 1): the shard queued behind it is not
+    taken after all, though another cache (--from-cache) could give it at once: a stopped
+    sync writes nothing more while it exits."""
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{big_repo}"\n')
+    lock(hub, project)
+    repo = read_lock(project / "weights.lock").repos[0]
+    first, queued = sorted((f for f in repo.files if f.size >= BIG // 2), key=lambda f: -f.size)
+    source = tmp_path / "source"
+    assert sync(hub, project, source).code == 0
+    (RepoPaths.of(source, repo).blobs / first.etag).unlink()  # only the Hub has this one
+    cache = tmp_path / "cache"
+    blobs = RepoPaths.of(cache, repo).blobs
+    hub.process.faults({"action": "delay", "match": "/objects/", "delay_ms": 5000})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint, "--cache-dir",
+         str(cache), "--from-cache", str(source), "--jobs", "1"], cwd=project,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=default_sigint)
+    deadline = time.monotonic() + 60
+    while not (blobs.is_dir() and any(blobs.glob(f".{first.etag}.*.wlock-incomplete"))):
+        assert time.monotonic() < deadline and proc.poll() is None, "no transfer started"
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert not (blobs / queued.etag).exists(), "a queued file was still taken after Ctrl-C"
+    assert not list(cache.rglob("*.wlock-incomplete"))
+
+
 def test_ctrl_c_stops_a_sync_waiting_for_another_writers_download(
     hub: Hub, tmp_path: Path, big_repo: str
 ) -> None:
