@@ -134,6 +134,9 @@ def test_strings_that_need_escaping_survive(tmp_path: Path) -> None:
          "weights.lock:20: `dataset.files`: acme/squad: malformed file entry"),
         (lambda t: t.replace("version = 1", "version = 9"),
          "weights.lock:2: `version`: unsupported lock version 9 (this wlock reads version 1)"),
+        # A key that is missing has no line: the problem is put at the first, never at 0.
+        (lambda t: t.replace("version = 1\n", ""),
+         "weights.lock:1: `version`: unsupported lock version None"),
         (lambda t: t.replace(f'revision = "{COMMIT_B}"', 'revision = "main"'),
          "weights.lock:18: `dataset.revision`: acme/squad: `revision` must be a 40-hex commit"),
         (lambda t: t.replace('"data/ü x.parquet"', '"../escape"'),
