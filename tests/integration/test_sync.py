@@ -689,6 +689,31 @@ def test_small_files_take_one_round_trip_once_the_redirect_is_known(
     assert check(project, tmp_path / "cache").code == 0
 
 
+def test_small_lfs_files_never_take_the_git_files_shortcut(hub: Hub, tmp_path: Path) -> None:
+    """The shortcut learned from the redirects of a commit's git files is for git files:
+    an LFS file of the same commit, small or not, always asks /resolve (where the Hub
+    sends it to its CDN), whatever the shortcut would answer for it."""
+    repo_id = hub.unique_id("mixed")
+    hub.builder.commit("model", repo_id, {
+        # Smaller than the git files, so they start last (largest first): after the
+        # shortcut is learned.
+        **{f"f/{n:03d}.json": os.urandom(1000 + n) for n in range(60)},
+        **{f"w/{n:03d}.npy": os.urandom(10 + n) for n in range(20)},
+    })
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    files = read_lock(project / "weights.lock").repos[0].files
+    assert sum(f.hash_kind == "sha256" for f in files) == 20  # the .npy files are in LFS
+    hub.process.reset_stats()
+    assert sync(hub, project, tmp_path / "cache").code == 0
+    paths = [urlsplit(r["path"]).path for r in hub.process.stats()["log"]
+             if r["listener"] == "hub"]
+    assert any(p.startswith("/api/resolve-cache/") for p in paths)  # the shortcut was learned
+    assert not [p for p in paths if p.startswith("/api/resolve-cache/") and p.endswith(".npy")]
+    assert sum(f"{repo_id}/resolve/" in p and p.endswith(".npy") for p in paths) == 20
+    assert check(project, tmp_path / "cache").code == 0
+
+
 @pytest.mark.parametrize("status", [400, 404])
 def test_a_cache_url_that_is_refused_falls_back_to_resolve(
     hub: Hub, tmp_path: Path, status: int
