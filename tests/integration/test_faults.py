@@ -69,6 +69,13 @@ def test_a_small_file_that_stalls_ends_the_sync_with_exit_5(
     assert (f"\nerror: {read_lock(sharded / 'weights.lock').repos[0].id}/tokenizer.json: "
             f"no data for {TIMEOUT:g}s (stalled), twice\n") in result.stderr
     assert elapsed < 2 * TIMEOUT + 20, elapsed
+    # Given up after the second stall, not retried like a transient error (5 attempts):
+    # two answers began (a redirect on the way, if any, is not one; a stalled answer may
+    # still be open, its status not logged yet).
+    began = [e for e in hub.process.stats()["log"] if e["method"] == "GET"
+             and urlsplit(e["path"]).path.endswith("/tokenizer.json")
+             and e["status"] not in (301, 302, 303, 307, 308)]
+    assert len(began) == 2, began
 
 
 def test_a_file_that_stalls_once_is_fetched_again_and_the_sync_succeeds(
