@@ -379,8 +379,10 @@ def test_persistently_corrupt_bytes_fail_with_exit_1_and_never_enter_the_cache(
     assert not (repo / "blobs" / weights.etag).exists()
     assert not list(repo.rglob("*.wlock-incomplete"))
     # The fresh snapshot appears complete or not at all: huggingface_hub must not take a
-    # half-linked folder as the revision. The good blob is kept for the next sync.
+    # half-linked folder as the revision, and the half it built is gone with the sync (not
+    # left for a later sync to clean up). The good blob is kept for the next sync.
     assert list((repo / "snapshots").iterdir()) == []
+    assert not list((repo / ".wlock-staging").iterdir())
     config = next(f for f in read_lock(project / "weights.lock").repos[0].files
                   if f.path == "config.json")
     assert (repo / "blobs" / config.etag).is_file()
@@ -773,6 +775,7 @@ def test_ctrl_c_stops_transfers_in_flight(hub: Hub, tmp_path: Path, big_repo: st
     assert proc.returncode == 130
     assert err.endswith("Aborted.\n") and "Traceback" not in err
     assert not list(cache.rglob("*.wlock-incomplete"))
+    assert not list(cache.glob("*/.wlock-staging/*"))  # the snapshot it was building too
     hub.process.faults()
     assert sync(hub, project, cache).code == 0
     assert check(project, cache).code == 0
