@@ -260,11 +260,14 @@ def test_malicious_listing_is_refused(hub: Hub, tmp_path: Path) -> None:
         assert not (project / "weights.lock").exists()
 
 
-def test_renamed_repo_is_locked_with_a_warning(hub: Hub, tmp_path: Path) -> None:
-    project = write_project(tmp_path, '[[model]]\nid = "acme/old-tiny-bert"\n')
+@pytest.mark.parametrize("old", ["acme/old-tiny-bert", "acme/zz-tiny-bert"])
+def test_renamed_repo_is_locked_with_a_warning(hub: Hub, tmp_path: Path, old: str) -> None:
+    """Whichever way the new name sorts against the old one."""
+    hub.builder.rename("model", old, "acme/tiny-bert")
+    project = write_project(tmp_path, f'[[model]]\nid = "{old}"\n')
     result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
     assert result.code == 0
-    assert "warning: acme/old-tiny-bert was renamed to acme/tiny-bert on the Hub" in result.stderr
+    assert f"warning: {old} was renamed to acme/tiny-bert on the Hub" in result.stderr
 
 
 def test_json_report(hub: Hub, tmp_path: Path) -> None:
