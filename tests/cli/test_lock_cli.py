@@ -384,3 +384,22 @@ def test_lock_reports_every_bad_entry_at_once(hub: Hub, tmp_path: Path) -> None:
     for words in ("Check the id in weights.toml", "Check `ref` in weights.toml",
                   "Move it to a [[dataset]] table"):
         assert hint.count(words) == 1, (words, hint)
+
+
+def test_a_fresh_lock_in_another_layout_is_rewritten_only_when_not_a_dry_run(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A lock that says the right things in other bytes (reformatted by an editor, here a
+    blank line more at the end) is written back as `wlock lock` writes it, so that the next
+    diff shows only real changes; a dry run leaves it as it is."""
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    path = project / "weights.lock"
+    canonical = path.read_bytes()
+    path.write_bytes(canonical + b"\n")
+    dry = run_wlock("lock", "--dry-run", "--endpoint", hub.endpoint, cwd=project)
+    assert dry.code == 0, dry.stderr
+    assert path.read_bytes() == canonical + b"\n"
+    done = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert done.code == 0, done.stderr
+    assert path.read_bytes() == canonical
