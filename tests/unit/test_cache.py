@@ -171,14 +171,16 @@ def test_a_held_temp_file_is_renewed_well_within_its_lease(
     assert lease / 4 - 0.05 <= renewed_after < lease / 2, "not renewed every LEASE / 4"
 
 
-@pytest.mark.parametrize("kind", ["fails", "excludes-nobody"])
+@pytest.mark.parametrize("kind", ["fails", "excludes-nobody", "reopen-refused"])
 def test_a_filesystem_without_flock_is_probed_as_such(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     """Where flock fails with ENOLCK (NFS without a lock manager), or succeeds for every
-    caller (Lustre's localflock, NFS's local_lock=all: each node locks only itself), the
-    probe says it does not work, and syncs go on without the lock, instead of failing or
-    trusting it. Every local filesystem here has flock, so flock acts as on such a mount."""
+    caller (Lustre's localflock, NFS's local_lock=all: each node locks only itself), or the
+    probe's second open of its file is refused (object-store mounts such as goofys open a
+    file being written once), the probe says it does not work, and syncs go on without the
+    lock, instead of failing or trusting it. Every local filesystem here has flock and
+    reopens files, so the one call acts as on such a mount."""
     import fcntl
 
     from wlock.cache.layout import _probe_flock
@@ -187,7 +189,17 @@ def test_a_filesystem_without_flock_is_probed_as_such(
         if kind == "fails":
             raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr(fcntl, "flock", no_flock)
+    real_open = os.open
+
+    def open_once(path: str, flags: int, *args: int) -> int:
+        if not flags & os.O_CREAT:
+            raise OSError(errno.EPERM, "Operation not permitted", path)
+        return real_open(path, flags, *args)
+
+    if kind == "reopen-refused":
+        monkeypatch.setattr(os, "open", open_once)
+    else:
+        monkeypatch.setattr(fcntl, "flock", no_flock)
     assert _probe_flock(tmp_path) is False
     assert list(tmp_path.iterdir()) == []
 
