@@ -141,6 +141,7 @@ def test_a_dead_endpoint_ends_the_sync_quickly_with_one_line_per_cause(
     assert lines[0] == "error: 5 files failed:"
     assert len(lines) == 3, result.stderr  # the header, one line for the cause, the hint
     assert lines[1].startswith(f"  cannot connect to {dead}: ")
+    assert "Connection refused" in lines[1]  # the system's words, not an exception's name
     assert lines[1].endswith(": 5 files (" + lines[1].split(": 5 files (")[1])
     assert lines[1].endswith(".safetensors and 2 more)")  # three named, the rest counted
     assert lines[1].rsplit(": 5 files (", 1)[1].count(", ") == 2
