@@ -241,6 +241,32 @@ def test_a_locked_commit_squashed_away_upstream_names_the_commit_and_how_to_relo
     assert sync(hub, project, tmp_path / "cache").code == 0
 
 
+def test_a_locked_file_missing_at_its_commit_is_named_with_the_commit(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """The Hub answers EntryNotFound for a path the lock names at a commit that never held
+    it (a lock assembled by hand, or a Hub that lost the file): the message names the file
+    and the commit, not the commit alone."""
+    import dataclasses
+
+    from wlock.lock.lockfile import write_lock
+    from wlock.models import LockedFile
+
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n'
+                            'include = ["config.json"]\n')
+    lock(hub, project)
+    path = project / "weights.lock"
+    locked = read_lock(path)
+    repo = locked.repos[0]
+    gone = LockedFile(path="gone.json", size=5, git_sha1="1" * 40)
+    write_lock(path, dataclasses.replace(locked, repos=(
+        dataclasses.replace(repo, files=(*repo.files, gone)),)))
+    done = sync(hub, project, tmp_path / "cache")
+    assert done.code == 5, done.stderr
+    assert (f"model acme/tiny-bert: file 'gone.json' at commit {repo.revision[:7]} is no "
+            "longer on the Hub (404)") in done.stderr, done.stderr
+
+
 def test_second_sync_makes_no_request(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
     lock(hub, project)
