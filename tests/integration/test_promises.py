@@ -529,7 +529,10 @@ def test_a_syncs_progress_adds_up_to_each_file(hub: Hub, tmp_path: Path) -> None
 
 def test_a_large_files_stalled_attempt_is_taken_off_its_bar(hub: Hub, tmp_path: Path) -> None:
     """hf_transfer's ranges stall part way once: the worker is killed, what it wrote is
-    taken back from the bar, and the retry's bytes bring it to the size, not beyond."""
+    taken back from the bar, and the retry's bytes bring it to the size, not beyond. Which
+    range stalls is up to hf_transfer's order: when it is one before any byte was written
+    (seen under load), there is nothing to take back, and the case is tried again in a
+    fresh cache, up to three times."""
     from collections import Counter
 
     from wlock.cache.sync import execute_plan, plan_sync
@@ -539,21 +542,25 @@ def test_a_large_files_stalled_attempt_is_taken_off_its_bar(hub: Hub, tmp_path: 
     lock(hub, project)
     locked = read_lock(project / "weights.lock")
     shard = next(f for f in locked.repos[0].files if f.size == BIG)
-    hub.process.faults({"action": "stall", "listener": "cdn", "match": "/objects/",
-                        "bytes": 1 << 20, "seconds": 60, "times": 1})
-    progress: Counter[str] = Counter()
     taken_back: list[int] = []
+    for attempt in range(3):
+        hub.process.faults({"action": "stall", "listener": "cdn", "match": "/objects/",
+                            "bytes": 1 << 20, "seconds": 60, "times": 1})
+        progress: Counter[str] = Counter()
 
-    def on_bytes(label: str, n: int) -> None:
-        progress.update({label: n})
-        if n < 0 and label.endswith(shard.path):
-            taken_back.append(n)
+        def on_bytes(label: str, n: int) -> None:
+            progress.update({label: n})  # noqa: B023 - called before the loop moves on
+            if n < 0 and label.endswith(shard.path):
+                taken_back.append(n)
 
-    execute_plan(plan_sync(locked, tmp_path / "cache"), endpoint=hub.endpoint, token=None,
-                 timeout=1.5, on_bytes=on_bytes)
-    assert progress[f"{repo_id}/{shard.path}"] == BIG
-    assert taken_back, "nothing was taken back: the stall never fired, or came before a byte"
-    assert check(project, tmp_path / "cache").code == 0
+        cache = tmp_path / f"cache-{attempt}"
+        execute_plan(plan_sync(locked, cache), endpoint=hub.endpoint, token=None,
+                     timeout=1.5, on_bytes=on_bytes)
+        assert progress[f"{repo_id}/{shard.path}"] == BIG
+        assert check(project, cache).code == 0
+        if taken_back:
+            break
+    assert taken_back, "nothing was taken back: the stall never fired after a byte"
 
 
 def test_a_staging_folder_another_user_left_unwritable_is_exit_6_naming_it(
