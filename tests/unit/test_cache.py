@@ -312,3 +312,29 @@ def test_many_files_failing_for_one_cause_name_three_and_count_the_rest(
     failed = SyncFailed([HubUnreachableError(f"a/{n}: {cause}", cause=cause, subject=f"a/{n}")
                          for n in reversed(range(count))])
     assert failed.message == f"{count} files failed:\n  {cause}: {count} files ({shown})"
+
+
+def test_a_stale_handle_while_making_a_staging_folder_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """JuiceFS answered one sync of eight "Stale file handle" when it made its staging
+    folder (its cached entry for .wlock-staging had gone stale): the mkdir is tried again
+    and the sync goes on; any other error is raised at once. No local filesystem says
+    ESTALE on purpose, so os.mkdir says it once here."""
+    from wlock.cache.layout import _mkdir_past_stale_handles
+
+    real_mkdir = os.mkdir
+    calls: list[str] = []
+
+    def stale_once(path: str, *args: int) -> None:
+        calls.append(str(path))
+        if len(calls) == 1:
+            raise OSError(errno.ESTALE, "Stale file handle", str(path))
+        real_mkdir(path, *args)
+
+    monkeypatch.setattr(os, "mkdir", stale_once)
+    _mkdir_past_stale_handles(tmp_path / "staging")
+    assert (tmp_path / "staging").is_dir() and len(calls) == 2
+    with pytest.raises(FileExistsError):
+        _mkdir_past_stale_handles(tmp_path / "staging")
+    assert len(calls) == 3  # not tried again

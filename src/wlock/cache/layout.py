@@ -477,7 +477,7 @@ class SnapshotBuild:
         if not os.path.lexists(self.snapshot):
             staging = paths.staging(revision)
             make_folder(paths, staging.parent)
-            os.mkdir(staging)
+            _mkdir_past_stale_handles(staging)
             paths.verified.add(str(staging))
             self.staging = staging
             self._lease.enter_context(LEASES.hold(staging))  # it may live for hours
@@ -627,3 +627,20 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _mkdir_past_stale_handles(folder: Path) -> None:
+    """os.mkdir, tried again when a network filesystem says a folder on the way went stale
+    (ESTALE: JuiceFS, NFS), as its cached entry for a folder other nodes work in can: the
+    retry looks the path up anew. Seen: one sync of eight on two JuiceFS mounts failed to
+    make its staging folder with "Stale file handle"."""
+    import errno
+
+    for attempt in range(3):
+        try:
+            os.mkdir(folder)
+            return
+        except OSError as e:
+            if e.errno != errno.ESTALE or attempt == 2:
+                raise
+            time.sleep(0.05)
