@@ -47,18 +47,15 @@ def test_a_published_blob_is_never_replaced(
     assert blob.read_bytes() == b"right"
 
 
-def test_a_waiter_sees_the_holders_progress_and_takes_its_published_blob(
-    tmp_path: Path,
-) -> None:
+def _blob_held_by_another_writer(tmp_path: Path, size: int):  # type: ignore[no-untyped-def]
+    """A locked file of `size` bytes in a cache under `tmp_path`, its blobs/ made and its
+    download lock held by another writer: (the file, its repo's paths, the holder's fd)."""
     import fcntl
-    import os
-    import threading
-    import time
 
-    from wlock.cache.layout import RepoPaths, blob_lock_path, claim_blob, make_folder
+    from wlock.cache.layout import RepoPaths, blob_lock_path, make_folder
     from wlock.models import LockedFile, LockedRepo
 
-    f = LockedFile(path="model.bin", size=3 * 4096, sha256="ab" * 32)
+    f = LockedFile(path="model.bin", size=size, sha256="ab" * 32)
     repo = LockedRepo(kind="model", id="acme/x", requested="main", revision="c" * 40,
                       files=(f,))
     paths = RepoPaths.of(tmp_path, repo)
@@ -67,6 +64,17 @@ def test_a_waiter_sees_the_holders_progress_and_takes_its_published_blob(
     make_folder(paths, lock.parent)
     holder = os.open(lock, os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)  # another node is downloading it
+    return f, paths, holder
+
+
+def test_a_waiter_sees_the_holders_progress_and_takes_its_published_blob(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    from wlock.cache.layout import claim_blob
+
+    f, paths, holder = _blob_held_by_another_writer(tmp_path, 3 * 4096)
     temp = paths.blobs / f".{f.etag}.other.m-1.0000.wlock-incomplete"
     seen: list[int] = []
     outcome: list[bool] = []
@@ -95,21 +103,11 @@ def test_a_waiter_whose_blobs_folder_vanished_downloads_the_blob_itself(
     """A gc on another node removed the repo's blobs/ while this sync waited on that node's
     download: no writer's progress can be read any more, which is no progress. After
     `stall` seconds the waiter downloads the blob itself rather than failing."""
-    import fcntl
     import threading
 
-    from wlock.cache.layout import RepoPaths, blob_lock_path, claim_blob, make_folder
-    from wlock.models import LockedFile, LockedRepo
+    from wlock.cache.layout import claim_blob
 
-    f = LockedFile(path="model.bin", size=4096, sha256="ab" * 32)
-    repo = LockedRepo(kind="model", id="acme/x", requested="main", revision="c" * 40,
-                      files=(f,))
-    paths = RepoPaths.of(tmp_path, repo)
-    make_folder(paths, paths.blobs)
-    lock = blob_lock_path(paths, f.etag)
-    make_folder(paths, lock.parent)
-    holder = os.open(lock, os.O_RDWR | os.O_CREAT)
-    fcntl.flock(holder, fcntl.LOCK_EX)
+    f, paths, holder = _blob_held_by_another_writer(tmp_path, 4096)
     shutil.rmtree(paths.blobs)
     outcome: list[bool] = []
 
