@@ -16,6 +16,7 @@ from urllib.parse import quote, urlsplit
 import pytest
 
 from tests.conftest import Hub, run_wlock, tmpfs, write_project
+from tests.integration.test_promises import fetch_job
 from wlock.cache.transfer import LARGE_FILE, FetchJob, Transfer
 from wlock.lock.lockfile import read_lock
 
@@ -234,9 +235,7 @@ def test_download_workers_live_as_long_as_the_sync(hub: Hub, tmp_path: Path, sha
     with Transfer(hub.endpoint, None, jobs=1) as transfer:
         for n in range(4):
             f = shards[n % 2]
-            job = FetchJob(kind="model", repo_id=repo.id, revision=repo.revision, path=f.path,
-                           size=f.size, etag=f.etag, hash_kind=f.hash_kind,
-                           temp=tmp_path / f"shard-{n}")
+            job = fetch_job(repo, f, tmp_path / f"shard-{n}")
 
             def fetch(job: FetchJob = job) -> None:
                 try:
