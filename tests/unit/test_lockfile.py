@@ -182,6 +182,14 @@ def test_strings_that_need_escaping_survive(tmp_path: Path) -> None:
          "weights.lock:10: `model.files`: acme/tiny-bert: config.json: malformed git-sha1"),
         (lambda t: t.replace('include = ["data/*"]', "include = " + "[" * 3000),
          "weights.lock:19: invalid TOML: arrays or tables nested too deeply"),
+        # Globs are a list of non-empty strings: a lone string is not read as its letters,
+        # nor an empty pattern or a number kept.
+        (lambda t: t.replace('include = ["data/*"]', 'include = "data/*"'),
+         "weights.lock:19: `dataset.include`: acme/squad: `include` must be a list of glob patterns"),
+        (lambda t: t.replace('include = ["data/*"]', 'include = ["data/*", ""]'),
+         "weights.lock:19: `dataset.include`: acme/squad: `include` must be a list of glob patterns"),
+        (lambda t: t.replace('include = ["data/*"]', 'exclude = [3]'),
+         "weights.lock:19: `dataset.exclude`: acme/squad: `exclude` must be a list of glob patterns"),
     ],
 )
 def test_invalid_locks_name_line_and_key(tmp_path: Path, mutate, message: str) -> None:  # type: ignore[no-untyped-def]
