@@ -125,6 +125,36 @@ def test_a_link_planted_in_the_cache_is_never_written_through(
     assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
 
 
+@pytest.mark.parametrize("where", ["snapshots", "snapshots/{rev}"])
+def test_a_file_where_the_cache_needs_a_folder_is_named_as_a_file(
+    hub: Hub, tmp_path: Path, where: str
+) -> None:
+    """A stray file (a mistaken copy, a truncated tar) named like one of a repo's folders:
+    sync stops with exit 6 naming it as a file, check names it too, and once it is removed
+    the same sync completes."""
+    project = locked_project(hub, tmp_path)
+    cache = tmp_path / "cache"
+    revision = read_lock(project / "weights.lock").repos[0].revision
+    stray = cache / "models--acme--tiny-bert" / where.format(rev=revision)
+    stray.parent.mkdir(parents=True)
+    stray.write_text("not a folder")
+
+    result = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project)
+    assert result.code == 6, result.stderr
+    assert f"error: {stray} is a file where the cache needs a folder of its own" \
+        in result.stderr
+    checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
+    assert checked.code == 1
+    assert f"{stray} is a file, where the cache needs a folder" in checked.stdout, \
+        checked.stdout
+
+    stray.unlink()
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
+
+
 @pytest.mark.parametrize("planted", ["link to a secret", "link to a commit", "fifo"])
 def test_a_ref_that_is_a_link_is_neither_read_nor_followed(
     hub: Hub, tmp_path: Path, sentinel: Path, planted: str
