@@ -406,6 +406,53 @@ def test_sync_replaces_a_fifo_where_a_downloaded_blob_belongs(
     assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
 
 
+def test_a_folder_where_a_blob_belongs_fails_that_file_alone_with_exit_6(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A folder with something in it under a blob's name: the downloaded bytes cannot take
+    its place. That file fails with a LocalError (exit 6, one line, no traceback) after the
+    other files were fetched, and check names it."""
+    repo_id = hub.unique_id("folder-blob")
+    hub.builder.commit("model", repo_id, {"file.bin": os.urandom(5000), "config.json": b"{}",
+                                          "a.txt": b"abc"})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    cache = tmp_path / "cache"
+    repo = read_lock(project / "weights.lock").repos[0]
+    blobs = cache / f"models--{repo_id.replace('/', '--')}" / "blobs"
+    [folder] = [f for f in repo.files if f.path == "file.bin"]
+    (blobs / folder.etag / "inside").mkdir(parents=True)
+
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project)
+    assert synced.code == 6, synced.stderr
+    assert synced.stderr.startswith(f"error: cannot write the cache at {cache}: "), \
+        synced.stderr
+    assert "Traceback" not in synced.stderr
+    for f in repo.files:
+        if f.path != folder.path:
+            assert (blobs / f.etag).is_file(), f.path
+    checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
+    assert checked.code == 1 and "file.bin" in checked.stdout
+
+
+def test_a_blob_lock_that_cannot_be_opened_only_costs_the_lock(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """huggingface_hub's `.locks/<repo>/<etag>.lock` cannot be opened (here a folder stands
+    there; on a shared cache it is another user's read-only `.locks`): the lock only saves
+    a second download, so sync fetches that file without it, and the cache checks clean."""
+    project = locked_project(hub, tmp_path)
+    cache = tmp_path / "cache"
+    repo = read_lock(project / "weights.lock").repos[0]
+    f = max(repo.files, key=lambda f: f.size)
+    (cache / ".locks" / "models--acme--tiny-bert" / f"{f.etag}.lock").mkdir(parents=True)
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project)
+    assert synced.code == 0, synced.stderr
+    assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
+
+
 def test_a_copied_file_where_a_snapshot_link_belongs_becomes_the_link(
     hub: Hub, tmp_path: Path
 ) -> None:
