@@ -563,6 +563,37 @@ def test_a_large_files_stalled_attempt_is_taken_off_its_bar(hub: Hub, tmp_path: 
     assert taken_back, "nothing was taken back: the stall never fired after a byte"
 
 
+def test_a_small_files_cut_attempt_is_taken_off_its_bar(hub: Hub, tmp_path: Path) -> None:
+    """A small file's body (read in 1 MiB pieces, below hf_transfer's size) is cut after
+    two pieces: what they added to the bar is taken back, and the retry brings it to the
+    size, not beyond."""
+    from collections import Counter
+
+    from wlock.cache.sync import execute_plan, plan_sync
+
+    size = 3 << 20
+    repo_id = hub.unique_id("cut")
+    hub.builder.commit("model", repo_id, {"small.safetensors": os.urandom(size)})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    locked = read_lock(project / "weights.lock")
+    hub.process.faults({"action": "truncate", "listener": "cdn", "match": "/objects/",
+                        "bytes": (5 << 20) // 2, "times": 1})
+    progress: Counter[str] = Counter()
+    taken_back: list[int] = []
+
+    def on_bytes(label: str, n: int) -> None:
+        progress.update({label: n})
+        if n < 0:
+            taken_back.append(n)
+
+    cache = tmp_path / "cache"
+    execute_plan(plan_sync(locked, cache), endpoint=hub.endpoint, token=None, on_bytes=on_bytes)
+    assert taken_back == [-(2 << 20)]  # the cut fired after two pieces
+    assert progress == {f"{repo_id}/small.safetensors": size}
+    assert check(project, cache).code == 0
+
+
 def test_a_staging_folder_another_user_left_unwritable_is_exit_6_naming_it(
     hub: Hub, tmp_path: Path
 ) -> None:
