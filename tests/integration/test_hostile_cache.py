@@ -155,6 +155,21 @@ def test_a_file_where_the_cache_needs_a_folder_is_named_as_a_file(
     assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
 
 
+def test_a_folder_where_a_ref_belongs_is_named_and_left_alone(hub: Hub, tmp_path: Path) -> None:
+    """`refs/main` is a folder (with something in it): sync stops with exit 6 naming it and
+    saying what to do, and leaves the folder as it was."""
+    project = locked_project(hub, tmp_path)
+    cache = tmp_path / "cache"
+    ref = cache / "models--acme--tiny-bert" / "refs" / "main"
+    (ref / "keep").mkdir(parents=True)
+    result = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project)
+    assert result.code == 6, result.stderr
+    assert f"error: {ref} is a folder where the cache needs a ref file" in result.stderr
+    assert f"hint: Remove {ref}" in result.stderr
+    assert (ref / "keep").is_dir()
+
+
 @pytest.mark.parametrize("planted", ["link to a secret", "link to a commit", "fifo"])
 def test_a_ref_that_is_a_link_is_neither_read_nor_followed(
     hub: Hub, tmp_path: Path, sentinel: Path, planted: str

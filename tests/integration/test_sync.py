@@ -634,6 +634,56 @@ def test_check_reports_every_kind_of_problem(hub: Hub, tmp_path: Path) -> None:
     assert "note:" not in after.stderr  # the ref is this lock's again
 
 
+def test_check_finds_a_blob_longer_than_the_lock_says_by_its_size(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A blob that grew (bytes appended): the wrong size, told from a stat without reading
+    it, not wrong bytes after hashing it all."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    assert sync(hub, project, cache).code == 0
+    config = next(f for f in read_lock(project / "weights.lock").repos[0].files
+                  if f.path == "config.json")
+    blob = cache / "models--acme--tiny-bert" / "blobs" / config.etag
+    os.chmod(blob, 0o644)
+    with open(blob, "ab") as grown:
+        grown.write(b"\n")
+    result = check(project, cache)
+    assert result.code == 1
+    assert result.stdout == (f"wrong size: model acme/tiny-bert: config.json: expected "
+                             f"{config.size} bytes, found {config.size + 1} bytes\n")
+
+
+def test_verify_plans_each_repo_and_counts_each_file_once(hub: Hub, tmp_path: Path) -> None:
+    """`sync --verify` over two repos, the first whole, the second with three links to
+    make, one of them to a blob with wrong bytes: every repo stays in the plan, and the
+    wrong one is counted as corrupt, not also as present or to link."""
+    repo_id = hub.unique_id("verify")  # sorts after acme/tiny-bert
+    hub.builder.commit("model", repo_id, {f"f{n}.txt": f"file {n}\n".encode() for n in range(6)})
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n\n'
+                            f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    assert sync(hub, project, cache).code == 0
+    first, second = read_lock(project / "weights.lock").repos
+    assert (first.id, second.id) == ("acme/tiny-bert", repo_id)
+    folder = cache / f"models--{repo_id.replace('/', '--')}"
+    for n in range(3):
+        (folder / "snapshots" / second.revision / f"f{n}.txt").unlink()
+    wrong = next(f for f in second.files if f.path == "f1.txt")
+    os.chmod(folder / "blobs" / wrong.etag, 0o644)
+    (folder / "blobs" / wrong.etag).write_bytes(b"x" * wrong.size)
+
+    dry = json.loads(sync(hub, project, cache, "--verify", "--dry-run", "--json").stdout)
+    assert [(r["id"], r["corrupt"], r["link"], r["present"]) for r in dry["repos"]] == [
+        ("acme/tiny-bert", [], [], len(first.files)),
+        (repo_id, ["f1.txt"], ["f0.txt", "f2.txt"], len(second.files) - 3),
+    ]
+    assert sync(hub, project, cache, "--verify").code == 0
+    assert check(project, cache).code == 0
+
+
 def test_locked_and_frozen(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
     lock(hub, project)
