@@ -118,6 +118,46 @@ def test_download_workers_leave_on_their_own_when_a_transfer_ends(
     assert workers and [w.returncode for w in workers] == [0] * len(workers)
 
 
+def test_an_abort_during_a_large_files_first_request_ends_it_at_once(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Ctrl-C while a large file's first request (the HEAD that finds its CDN URL) is in
+    flight: when it returns, the download asks for no worker (the pool was killed) and
+    raises Aborted at once, instead of waiting out the 10 s it gives a worker to die, and
+    no worker process is started."""
+    import threading
+
+    from wlock.cache.transfer import Aborted
+
+    repo_id = big(hub)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    repo = read_lock(project / "weights.lock").repos[0]
+    f = next(f for f in repo.files if f.size == BIG)
+    hub.process.faults({"action": "delay", "method": "HEAD", "delay_ms": 1500, "times": 1})
+    raised: list[BaseException] = []
+
+    def fetch() -> None:
+        try:
+            transfer.fetch(fetch_job(repo, f, tmp_path / "model.tmp"))
+        except BaseException as e:  # noqa: BLE001 - asserted below
+            raised.append(e)
+
+    with Transfer(hub.endpoint, None, jobs=1) as transfer:
+        running = threading.Thread(target=fetch, daemon=True)
+        running.start()
+        deadline = time.monotonic() + 30
+        while not any(e["method"] == "HEAD" for e in hub.process.stats()["log"]):
+            assert time.monotonic() < deadline, "the HEAD never reached the Hub"
+            time.sleep(0.05)
+        transfer.abort()
+        running.join(6)  # the HEAD's 1.5 s, then at once; a wait for a worker takes 10 s
+        assert not running.is_alive(), "the aborted download waited for a worker"
+        assert [type(e) for e in raised] == [Aborted]
+        assert transfer._workers.spawned == 0
+    assert not (tmp_path / "model.tmp").exists()
+
+
 def test_a_download_worker_that_died_idle_is_replaced(hub: Hub, tmp_path: Path) -> None:
     """A worker killed between two downloads (the OOM killer, an operator's kill) is found
     dead when the next download is handed to it, and another takes its place: the download
