@@ -267,6 +267,27 @@ def test_a_locked_file_missing_at_its_commit_is_named_with_the_commit(
             "longer on the Hub (404)") in done.stderr, done.stderr
 
 
+def test_blobs_are_readable_by_every_user_and_writable_by_their_owner(
+    hub: Hub, tmp_path: Path, big_repo: str
+) -> None:
+    """A shared cache is read by many users: every blob, small or large, git or LFS, is
+    published with mode 0644 whatever the umask of the user who synced it."""
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{big_repo}"\n\n'
+                            '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    old = os.umask(0o077)
+    try:
+        assert sync(hub, project, cache).code == 0
+    finally:
+        os.umask(old)
+    modes = {str(blob.relative_to(cache)): oct(blob.stat().st_mode & 0o777)
+             for blob in cache.glob("models--*/blobs/*")}
+    assert len(modes) == sum(len({f.etag for f in r.files})
+                             for r in read_lock(project / "weights.lock").repos)
+    assert set(modes.values()) == {"0o644"}, modes
+
+
 def test_second_sync_makes_no_request(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
     lock(hub, project)
