@@ -105,6 +105,23 @@ def test_check_reports_a_stale_lock_with_exit_3_and_no_request(hub: Hub, tmp_pat
         narrowed.stderr), narrowed.stderr
 
 
+def test_a_locked_file_outside_the_entrys_globs_makes_the_lock_stale(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A lock whose file list was edited (a bad merge) to hold a file its `include` does
+    not select: `lock --check` calls it stale, naming the file, with no request."""
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\ninclude = ["*.json"]\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    lock_file = project / "weights.lock"
+    text = lock_file.read_text()
+    assert 'path = "config.json"' in text
+    lock_file.write_text(text.replace('path = "config.json"', 'path = "config.bin"'))
+    stale = run_wlock("lock", "--check", "--endpoint", DEAD_ENDPOINT, cwd=project)
+    assert stale.code == 3, stale.stderr
+    assert "(changed: acme/tiny-bert: locked file 'config.bin' is outside its globs)" in (
+        stale.stderr), stale.stderr
+
+
 @pytest.mark.parametrize("forged", ["0" * 64, "f" * 64])
 def test_a_lock_whose_manifest_digest_was_edited_is_stale(
     hub: Hub, tmp_path: Path, forged: str
@@ -282,6 +299,8 @@ def test_json_report(hub: Hub, tmp_path: Path) -> None:
     dry = json.loads(run_wlock("lock", "--json", "--dry-run", "--endpoint", hub.endpoint,
                                cwd=project).stdout)
     assert dry["written"] is False and dry["changes"] == [] and dry["files"] == 2
+    checked = json.loads(run_wlock("lock", "--json", "--check", cwd=project).stdout)
+    assert checked["written"] is False and checked["changes"] == [] and checked["files"] == 2
     (project / "weights.lock").unlink()
     first = json.loads(run_wlock("lock", "--json", "--dry-run", "--endpoint", hub.endpoint,
                                  cwd=project).stdout)
