@@ -269,6 +269,29 @@ def test_a_live_syncs_temp_files_survive_another_syncs_cleanup(
     assert check(project, cache).code == 0
 
 
+def test_a_live_writer_on_this_machine_is_asked_about_never_signalled(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Whether the writer named in a leftover on this machine is alive is asked with signal
+    0, which delivers nothing: a process that dies on any signal (here `sleep`) is left
+    running, and its download stays."""
+    import subprocess
+
+    _, _, repo, paths = synced_tiny_bert(hub, tmp_path)
+    writer = subprocess.Popen(["sleep", "60"])
+    try:
+        live = paths.blobs / f".{'e' * 64}.{HOST}.{MACHINE}-{writer.pid}.0a0b0c0d.wlock-incomplete"
+        live.write_bytes(b"still downloading")
+        expire(live)  # only its pid can tell it is alive
+        assert clean_stale_temps(paths, repo.revision) == 0
+        assert live.exists()
+        time.sleep(0.2)
+        assert writer.poll() is None, f"the writer was signalled (exit {writer.returncode})"
+    finally:
+        writer.kill()
+        writer.wait()
+
+
 def _a_dead_pid() -> int:
     """A pid that belonged to a process that has exited."""
     import subprocess
