@@ -97,6 +97,35 @@ def test_a_waiter_sees_the_holders_progress_and_takes_its_published_blob(
     assert seen == sorted(seen) and seen[-1] == f.size and len(seen) >= 2, seen
 
 
+@pytest.mark.parametrize("off", ["off", "0", "FALSE"])
+def test_with_wlock_flock_off_a_sync_never_waits_on_a_blob_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, off: str
+) -> None:
+    """`WLOCK_FLOCK=off` (a filesystem whose locks are local to each node, README): a
+    download does not wait on the blob's lock, which another node's holder would not be
+    seen to hold, but goes ahead at once, long before the holder would count as stalled."""
+    import threading
+
+    from wlock.cache.layout import claim_blob
+
+    monkeypatch.setenv("WLOCK_FLOCK", off)
+    f, paths, holder = _blob_held_by_another_writer(tmp_path, 4096)
+    outcome: list[bool] = []
+
+    def claim() -> None:
+        with claim_blob(paths, f, stall=60, stop=threading.Event()) as mine:
+            outcome.append(mine)
+
+    claimer = threading.Thread(target=claim)
+    claimer.start()
+    claimer.join(10)
+    waited = claimer.is_alive()
+    os.close(holder)  # lets a claimer that waits on the lock go, whatever happened
+    claimer.join()
+    assert not waited, "the download waited on the blob lock"
+    assert outcome == [True]
+
+
 def test_a_waiter_whose_blobs_folder_vanished_downloads_the_blob_itself(
     tmp_path: Path,
 ) -> None:
