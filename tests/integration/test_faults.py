@@ -104,11 +104,15 @@ def test_one_file_that_keeps_stalling_leaves_the_others_fetched(
                         "bytes": 1000, "seconds": 120},
                        {"action": "status", "status": 503, "retry_after": 6, "times": 1,
                         "match": "/config.json$"})
+    hub.process.reset_stats()
     result, _ = sync(hub, sharded, tmp_path / "cache", "--timeout", str(TIMEOUT))
     assert result.code == 5, result.stderr
     repo = read_lock(sharded / "weights.lock").repos[0]
     assert (f"\nerror: {repo.id}/tokenizer.json: no data for {TIMEOUT:g}s (stalled), twice\n"
             in result.stderr), result.stderr
+    stalled = [e for e in hub.process.stats()["log"]
+               if e["method"] == "GET" and e["path"].endswith("/tokenizer.json")]
+    assert len(stalled) == 2, stalled  # as the message says: tried twice, not more or less
     blobs = tmp_path / "cache" / f"models--{repo.id.replace('/', '--')}" / "blobs"
     assert sorted(f.path for f in repo.files if (blobs / f.etag).is_file()) == sorted(
         f.path for f in repo.files if f.path != "tokenizer.json")
