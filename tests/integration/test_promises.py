@@ -212,6 +212,36 @@ def test_a_download_worker_that_cannot_start_fails_the_download_saying_why(
     assert not (tmp_path / "model.tmp").exists()
 
 
+def test_once_the_endpoint_is_unreachable_the_next_files_fail_at_once(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Nothing listens at the endpoint: the first file is tried MAX_ATTEMPTS times (its
+    waits recorded, not slept), then the endpoint is taken for down, and every later file
+    fails at once naming that cause, with no attempt and no wait of its own."""
+    import socket
+
+    from wlock.cache.transfer import MAX_ATTEMPTS
+
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    repo = read_lock(project / "weights.lock").repos[0]
+    first, second = sorted((f for f in repo.files if f.size), key=lambda f: f.path)[:2]
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    waits: list[float] = []
+    with Transfer(dead, None, jobs=1, wait=waits.append) as transfer:
+        with pytest.raises(HubError) as failed:
+            transfer.fetch(fetch_job(repo, first, tmp_path / "first.tmp"))
+        assert len(waits) == MAX_ATTEMPTS - 1
+        assert "Connection refused" in failed.value.message
+        with pytest.raises(HubError) as skipped:
+            transfer.fetch(fetch_job(repo, second, tmp_path / "second.tmp"))
+    assert len(waits) == MAX_ATTEMPTS - 1  # none for the second file
+    assert skipped.value.message.startswith(f"{repo.id}/{second.path}: not fetched: ")
+    assert "Connection refused" in skipped.value.message
+
+
 def test_a_refusal_after_the_learned_shortcut_is_the_hubs_answer(
     hub: Hub, tmp_path: Path
 ) -> None:
