@@ -103,6 +103,16 @@ def test_check_reports_a_stale_lock_with_exit_3_and_no_request(hub: Hub, tmp_pat
     assert narrowed.code == 3
     assert "(changed: acme/tiny-bert's include/exclude differ from the lock's)" in (
         narrowed.stderr), narrowed.stderr
+    # And locking re-selects the files by globs that sort before the locked ones too.
+    (project / "weights.toml").write_text(
+        '[[model]]\nid = "acme/tiny-bert"\ninclude = ["*.j*"]\n\n'
+        '[[dataset]]\nid = "acme/tiny-squad"\n'
+    )
+    relocked = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert relocked.code == 0, relocked.stderr
+    assert run_wlock("lock", "--check", "--endpoint", DEAD_ENDPOINT, cwd=project).code == 0
+    bert = next(r for r in read_lock(project / "weights.lock").repos if r.id == "acme/tiny-bert")
+    assert bert.include == ("*.j*",) and bert.files
 
 
 def test_a_locked_file_outside_the_entrys_globs_makes_the_lock_stale(
