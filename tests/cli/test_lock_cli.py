@@ -397,6 +397,23 @@ def test_add_checks_the_hub_and_locks_like_uv_add(hub: Hub, tmp_path: Path) -> N
     assert {r.id for r in lock.repos} == {"acme/tiny-bert", "acme/tiny-squad"}
 
 
+def test_add_keeps_every_other_entry_at_its_locked_commit(hub: Hub, tmp_path: Path) -> None:
+    """As `uv add`: adding an entry locks it and leaves the others where the lock has them,
+    even when their branch has moved on the Hub since (only `lock --upgrade` moves them)."""
+    repo_id = hub.unique_id("moving")
+    pinned = hub.builder.commit("model", repo_id, {"config.json": b'{"v": 1}\n'})
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    moved = hub.builder.commit("model", repo_id, {"config.json": b'{"v": 2}\n'})
+    assert moved != pinned
+    added = run_wlock("add", "acme/tiny-squad@v1.0", "--dataset", "--endpoint", hub.endpoint,
+                      cwd=project)
+    assert added.code == 0, added.stderr
+    revisions = {r.id: r.revision for r in read_lock(project / "weights.lock").repos}
+    assert revisions[repo_id] == pinned
+    assert set(revisions) == {repo_id, "acme/tiny-squad"}
+
+
 def test_lock_reports_every_bad_entry_at_once(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path, '[[model]]\nid = "acme/nope-one"\n\n'
                             '[[model]]\nid = "acme/tiny-bert"\nref = "no-such-branch"\n\n'
