@@ -111,6 +111,19 @@ def test_unchanged_lock_is_not_rewritten(tmp_path: Path) -> None:
     assert (path.stat().st_mtime_ns, path.stat().st_ino) == before
 
 
+def test_an_entry_pinned_to_a_commit_reads_back(tmp_path: Path) -> None:
+    """`ref = "<40-hex commit>"` in weights.toml: the lock's `requested` and `revision` are
+    that commit, each read from its own string, and the lock reads back as written."""
+    pinned = Lock(manifest_digest="blake3:x", repos=(LockedRepo(
+        kind="model", id="a/b", requested=COMMIT_A, revision=COMMIT_A,
+        files=(LockedFile(path="config.json", size=1, sha256="b" * 64),),
+    ),))
+    path = tmp_path / "weights.lock"
+    write_lock(path, pinned)
+    assert read_lock(path) == pinned
+    assert read_lock(path, text=path.read_text(encoding="utf-8")) == pinned
+
+
 def test_strings_that_need_escaping_survive(tmp_path: Path) -> None:
     odd = 'we"ird nâme\x7f\ttab'
     lock = Lock(manifest_digest="blake3:x", repos=(LockedRepo(
