@@ -132,3 +132,19 @@ def test_a_merge_keeps_only_the_side_locked_as_weights_toml_asks(
     lock, notes = merge_locks(merged, ours, theirs)
     assert lock.repos == theirs.repos
     assert notes == ("acme/a: kept 1111111 (only theirs locks it as weights.toml asks)",)
+
+
+def test_a_merge_resolves_an_entry_neither_side_locks(tmp_path: Path) -> None:
+    """Each branch added its own model; weights.toml, merged, asks for both and for a third
+    neither side locked: the two are kept, the third is left out of the merged lock, with a
+    note, for the lock that follows to resolve."""
+    hub = FakeHub()
+    ours = plan_lock(manifest(tmp_path, '[[model]]\nid = "acme/a"\n'), None, hub).lock
+    theirs = plan_lock(manifest(tmp_path, '[[model]]\nid = "acme/b"\n'), None, hub).lock
+    merged = manifest(tmp_path, '[[model]]\nid = "acme/a"\n\n[[model]]\nid = "acme/b"\n\n'
+                      '[[model]]\nid = "acme/c"\n')
+    lock, notes = merge_locks(merged, ours, theirs)
+    assert [r.id for r in lock.repos] == ["acme/a", "acme/b"]
+    assert notes == ("acme/a: kept 1111111 (only ours locks it as weights.toml asks)",
+                     "acme/b: kept 1111111 (only theirs locks it as weights.toml asks)",
+                     "acme/c: neither side locks it as weights.toml asks; resolving it")
