@@ -265,6 +265,33 @@ def test_a_blob_that_links_out_of_the_cache_is_unsafe_and_never_read(
     assert tree_digest(sentinel) == before
 
 
+def test_a_blob_that_links_to_a_file_inside_the_cache_is_checked_by_its_bytes(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A blob that is a link to a file elsewhere in the cache (a shared store, as in
+    huggingface_hub 2.x): check follows it, hashes what it reaches and passes; with other
+    bytes there, it reports wrong bytes, not an unsafe link."""
+    project = locked_project(hub, tmp_path)
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    config = next(f for f in repo.files if f.path == "config.json")
+    blob = cache / "models--acme--tiny-bert" / "blobs" / config.etag
+    store = cache / "store" / config.etag
+    store.parent.mkdir()
+    os.rename(blob, store)
+    blob.symlink_to(os.path.relpath(store, blob.parent))
+    checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
+    assert checked.code == 0, checked.stdout
+    os.chmod(store, 0o644)
+    store.write_bytes(b"S" * config.size)
+    checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
+    assert checked.code == 1
+    assert checked.stdout.startswith("wrong bytes: model acme/tiny-bert: config.json: "), \
+        checked.stdout
+
+
 def test_check_never_reads_blobs_through_a_blobs_folder_that_leaves_the_cache(
     hub: Hub, tmp_path: Path
 ) -> None:
