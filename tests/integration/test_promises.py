@@ -158,6 +158,48 @@ def test_an_abort_during_a_large_files_first_request_ends_it_at_once(
     assert not (tmp_path / "model.tmp").exists()
 
 
+def test_a_terminals_ctrl_c_reaches_the_sync_not_its_download_workers(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A terminal sends Ctrl-C's SIGINT to its whole foreground process group. Workers run
+    in a session of their own, so only the sync gets it and stops them itself (a worker
+    interrupted while its interpreter starts prints a fatal error). Here a process holding
+    an idle worker sends SIGINT to its own group, ignoring it itself: the worker lives on
+    and takes the next download."""
+    import subprocess
+    import sys
+
+    repo_id = big(hub)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    script = f"""
+import os, signal, time
+from pathlib import Path
+from wlock.cache.transfer import FetchJob, Transfer
+from wlock.lock.lockfile import read_lock
+repo = read_lock(Path({str(project / "weights.lock")!r})).repos[0]
+f = next(f for f in repo.files if f.size == {BIG})
+def job(name):
+    return FetchJob(kind=repo.kind, repo_id=repo.id, revision=repo.revision, path=f.path,
+                    size=f.size, etag=f.etag, hash_kind=f.hash_kind,
+                    temp=Path({str(tmp_path)!r}) / name)
+with Transfer({hub.endpoint!r}, None, jobs=1) as transfer:
+    transfer.fetch(job("first.tmp"))
+    [worker] = transfer._workers._all
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.killpg(os.getpgrp(), signal.SIGINT)
+    time.sleep(1)  # a worker that got it would be gone by now
+    print("worker", worker.poll())
+    transfer.fetch(job("second.tmp"))
+    print("spawned", transfer._workers.spawned)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, start_new_session=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["worker None", "spawned 1"], done.stdout
+    assert (tmp_path / "second.tmp").stat().st_size == BIG
+
+
 def test_a_download_worker_that_died_idle_is_replaced(hub: Hub, tmp_path: Path) -> None:
     """A worker killed between two downloads (the OOM killer, an operator's kill) is found
     dead when the next download is handed to it, and another takes its place: the download
