@@ -330,11 +330,16 @@ def test_the_fast_path_pattern_is_the_path_rule_of_names() -> None:
         assert taken == (file_path_problem(case) is None and plain), repr(case)
 
 
-@pytest.mark.parametrize("before", [8, 9])  # an even and an odd number of lines above it
-def test_conflict_markers_are_refused_at_their_own_line(tmp_path: Path, before: int) -> None:
-    text = render_lock(LOCK).splitlines(keepends=True)
-    text[before:before] = ["<<<<<<< HEAD\n"]
+# An even and an odd number of lines above it, in a lock as written and in one that a
+# hand or a tool made open with blank lines.
+@pytest.mark.parametrize(("blank", "before"), [(0, 8), (0, 9), (2, 0), (2, 1)])
+def test_conflict_markers_are_refused_at_their_own_line(
+    tmp_path: Path, blank: int, before: int
+) -> None:
+    text = ["\n"] * blank + render_lock(LOCK).splitlines(keepends=True)
+    at = blank + before
+    text[at:at] = ["<<<<<<< HEAD\n"]
     with pytest.raises(InvalidFileError) as refused:
         read_lock(_write(tmp_path / "weights.lock", "".join(text)))
     assert "merge conflict markers" in str(refused.value)
-    assert refused.value.line == before + 1
+    assert refused.value.line == at + 1
