@@ -286,6 +286,7 @@ def test_a_rendered_lock_is_read_into_columns_equal_to_the_full_reading(tmp_path
     ["a", "a/b"],  # a file that is also a folder
     ["a/b/c", "a/b"],
     ["x/y", "x/y/z/w"],
+    ["a/b/c", "a/b/c/d/e"],  # the folder that conflicts is the third level of five
     ["a/x", "b", "b/c"],  # after another folder's files, at the top again
     ["b", "a"],  # not sorted, as the writer sorts
 ])
