@@ -662,6 +662,27 @@ def test_a_syncs_progress_adds_up_to_each_file(hub: Hub, tmp_path: Path) -> None
     assert rewound, "no download was refused: the corrupt fault never fired"
 
 
+def test_files_restored_from_another_cache_fill_their_bars(hub: Hub, tmp_path: Path) -> None:
+    """Files another cache gives (--from-cache) are reported as each is restored, so their
+    bars fill to their sizes like downloaded ones."""
+    from collections import Counter
+
+    from wlock.cache.sources import OtherCache
+    from wlock.cache.sync import execute_plan, plan_sync
+
+    project, other, repo, _ = synced_tiny_bert(hub, tmp_path)
+    progress: Counter[str] = Counter()
+    locked = read_lock(project / "weights.lock")
+    hub.process.reset_stats()
+    result = execute_plan(plan_sync(locked, tmp_path / "fresh"), endpoint=hub.endpoint,
+                          token=None, sources=[OtherCache(other)],
+                          on_bytes=lambda label, n: progress.update({label: n}))
+    assert result.fetched_files == 0 and hub.process.stats()["log"] == []
+    assert sum(n for n, _ in result.restored.values()) == len({f.etag for f in repo.files if f.size})
+    sizes = {f"{repo.id}/{f.path}": f.size for f in repo.files if f.size}
+    assert {label: progress[label] for label in sizes} == sizes
+
+
 def test_a_large_files_stalled_attempt_is_taken_off_its_bar(hub: Hub, tmp_path: Path) -> None:
     """hf_transfer's ranges stall part way once: the worker is killed, what it wrote is
     taken back from the bar, and the retry's bytes bring it to the size, not beyond. Which
