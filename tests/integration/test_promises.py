@@ -720,9 +720,8 @@ def test_a_large_files_stalled_attempt_is_taken_off_its_bar(hub: Hub, tmp_path: 
 
 
 def test_a_small_files_cut_attempt_is_taken_off_its_bar(hub: Hub, tmp_path: Path) -> None:
-    """A small file's body (read in 1 MiB pieces, below hf_transfer's size) is cut after
-    two pieces: what they added to the bar is taken back, and the retry brings it to the
-    size, not beyond."""
+    """A small file's body (below hf_transfer's size) is cut after 2.5 MiB: what it had
+    added to the bar is taken back, and the retry brings the bar to the size, not beyond."""
     from collections import Counter
 
     from wlock.cache.sync import execute_plan, plan_sync
@@ -745,7 +744,7 @@ def test_a_small_files_cut_attempt_is_taken_off_its_bar(hub: Hub, tmp_path: Path
 
     cache = tmp_path / "cache"
     execute_plan(plan_sync(locked, cache), endpoint=hub.endpoint, token=None, on_bytes=on_bytes)
-    assert taken_back == [-(2 << 20)]  # the cut fired after two pieces
+    assert len(taken_back) == 1 and taken_back[0] <= -(1 << 20)  # cut after a MiB or more
     assert progress == {f"{repo_id}/small.safetensors": size}
     assert check(project, cache).code == 0
 

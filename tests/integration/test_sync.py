@@ -990,25 +990,26 @@ def test_progress_obeys_hf_hub_disable_progress_bars(
 
 
 @pytest.mark.parametrize("edit", [1, -1])
+@pytest.mark.parametrize("path", ["config.json", "model.safetensors"])  # git-sha1, sha256
 def test_a_hand_edited_size_is_named_as_the_locks_fault(
-    hub: Hub, tmp_path: Path, edit: int
+    hub: Hub, tmp_path: Path, edit: int, path: str
 ) -> None:
     """The Hub serves the bytes the lock's hash names, at another size than the lock says
     (more or fewer bytes than it): the lock was edited, and the message says so instead of
-    blaming the Hub or a proxy."""
+    blaming the Hub or a proxy, for a file kept in git and for an LFS file."""
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
     lock(hub, project)
-    path = project / "weights.lock"
-    config = next(f for f in read_lock(path).repos[0].files if f.path == "config.json")
-    text = path.read_text()
-    edited = text.replace(f'path = "config.json", size = {config.size},',
-                          f'path = "config.json", size = {config.size + edit},')
+    lock_path = project / "weights.lock"
+    f = next(f for f in read_lock(lock_path).repos[0].files if f.path == path)
+    text = lock_path.read_text()
+    edited = text.replace(f'path = "{path}", size = {f.size},',
+                          f'path = "{path}", size = {f.size + edit},')
     assert edited != text
-    path.write_text(edited)
+    lock_path.write_text(edited)
     result = sync(hub, project, tmp_path / "cache")
     assert result.code == 1, result.stderr
-    assert (f"config.json: weights.lock says {config.size + edit} bytes, but the bytes with "
-            f"its git-sha1 {config.etag} are {config.size} bytes") in result.stderr
+    assert (f"{path}: weights.lock says {f.size + edit} bytes, but the bytes with "
+            f"its {f.hash_kind} {f.etag} are {f.size} bytes") in result.stderr
     assert "hint: The lock's size was edited" in result.stderr
     assert "proxy" not in result.stderr
 
