@@ -414,6 +414,39 @@ def test_add_keeps_every_other_entry_at_its_locked_commit(hub: Hub, tmp_path: Pa
     assert set(revisions) == {repo_id, "acme/tiny-squad"}
 
 
+@pytest.mark.parametrize(("before", "after"), [("main", "v1.0"), ("v1.0", "main")])
+def test_a_changed_ref_is_locked_again_whichever_way_it_sorts(
+    hub: Hub, tmp_path: Path, before: str, after: str
+) -> None:
+    """weights.toml moves an entry from one ref to another (their commits differ): `lock`
+    pins the new ref's commit, as a fresh lock would, and `lock --check` then passes."""
+    project = write_project(tmp_path, f'[[model]]\nid = "acme/tiny-bert"\nref = "{before}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    old = read_lock(project / "weights.lock").repos[0].revision
+    manifest = f'[[model]]\nid = "acme/tiny-bert"\nref = "{after}"\n'
+    (project / "weights.toml").write_text(manifest)
+    fresh = write_project(tmp_path / "fresh", manifest)
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=fresh).code == 0
+    new = read_lock(fresh / "weights.lock").repos[0].revision
+    assert new != old
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    relocked = read_lock(project / "weights.lock").repos[0]
+    assert (relocked.requested, relocked.revision) == (after, new)
+    assert run_wlock("lock", "--check", "--endpoint", DEAD_ENDPOINT, cwd=project).code == 0
+
+
+@pytest.mark.parametrize("upgrade", [("--upgrade",), ("--upgrade-package", "acme/tiny-bert")])
+def test_check_with_an_upgrade_asked_is_stale(
+    hub: Hub, tmp_path: Path, upgrade: tuple[str, ...]
+) -> None:
+    """`lock --check` promises to write nothing and ask nothing; an upgrade asks the Hub:
+    together they exit 3 (the lock would change), even with the lock up to date."""
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    checked = run_wlock("lock", "--check", *upgrade, "--endpoint", DEAD_ENDPOINT, cwd=project)
+    assert checked.code == 3, checked.stderr
+
+
 def test_lock_reports_every_bad_entry_at_once(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path, '[[model]]\nid = "acme/nope-one"\n\n'
                             '[[model]]\nid = "acme/tiny-bert"\nref = "no-such-branch"\n\n'
