@@ -535,6 +535,27 @@ def test_a_sync_that_downloads_removes_a_dead_syncs_leftovers_in_snapshots_and_r
     assert check(project, cache).code == 0
 
 
+def test_cleanup_goes_on_past_a_repo_folder_without_blobs(tmp_path: Path) -> None:
+    """A sync killed after making its staging folder and before its first blob leaves a
+    repo folder with no blobs/: cleanup looks in staging, the snapshot and refs all the
+    same, and removes what that dead sync left there."""
+    from wlock.models import LockedFile, LockedRepo
+
+    revision = "c" * 40
+    repo = LockedRepo(kind="model", id="acme/x", requested="main", revision=revision,
+                      files=(LockedFile(path="config.json", size=1, sha256="ab" * 32),))
+    paths = RepoPaths.of(tmp_path / "cache", repo)
+    writer = f"{HOST}.{MACHINE}-{_a_dead_pid()}.0a0b0c0d.wlock-tmp"
+    staged = paths.root / ".wlock-staging" / f".{revision}.{writer}"
+    staged.mkdir(parents=True)
+    ref = paths.root / "refs" / f".main.{writer}"
+    ref.parent.mkdir()
+    ref.write_text(revision)
+    assert not paths.blobs.exists()
+    assert clean_stale_temps(paths, revision) == 2
+    assert not staged.exists() and not ref.exists()
+
+
 def test_a_sync_that_downloads_reclaims_dead_downloads_in_repos_it_does_not_lock(
     hub: Hub, tmp_path: Path
 ) -> None:
