@@ -148,3 +148,19 @@ def test_a_merge_resolves_an_entry_neither_side_locks(tmp_path: Path) -> None:
     assert notes == ("acme/a: kept 1111111 (only ours locks it as weights.toml asks)",
                      "acme/b: kept 1111111 (only theirs locks it as weights.toml asks)",
                      "acme/c: neither side locks it as weights.toml asks; resolving it")
+
+
+@pytest.mark.parametrize(("before", "after"), [('["*.json"]', '["*.json", "onnx/"]'),
+                                               ('["*.json", "onnx/"]', '["*.json"]')])
+def test_files_added_or_removed_at_the_same_commit_are_a_change(
+    tmp_path: Path, before: str, after: str
+) -> None:
+    """An entry's include widened or narrowed, its commit unchanged: the lock's files
+    differ, and `wlock lock` lists the entry among its changes."""
+    hub = FakeHub()
+    old = plan_lock(manifest(tmp_path, f'[[model]]\nid = "acme/a"\ninclude = {before}\n'),
+                    None, hub).lock
+    new = plan_lock(manifest(tmp_path, f'[[model]]\nid = "acme/a"\ninclude = {after}\n'),
+                    old, hub).lock
+    assert old.repos[0].revision == new.repos[0].revision
+    assert [c.id for c in diff_locks(old, new)] == ["acme/a"]
