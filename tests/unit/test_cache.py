@@ -67,25 +67,32 @@ def _blob_held_by_another_writer(tmp_path: Path, size: int):  # type: ignore[no-
     return f, paths, holder
 
 
-def test_a_waiter_sees_the_holders_progress_and_takes_its_published_blob(
-    tmp_path: Path,
-) -> None:
+def _claim_on_a_thread(paths, f, stall: float, on_wait=None):  # type: ignore[no-untyped-def]
+    """claim_blob for `f`, run on a thread of its own, started: (the thread, a list that
+    gets what the claim yielded: True to download, False when another writer published)."""
     import threading
 
     from wlock.cache.layout import claim_blob
 
+    outcome: list[bool] = []
+
+    def claim() -> None:
+        with claim_blob(paths, f, stall=stall, stop=threading.Event(),
+                        on_wait=on_wait) as mine:
+            outcome.append(mine)
+
+    thread = threading.Thread(target=claim)
+    thread.start()
+    return thread, outcome
+
+
+def test_a_waiter_sees_the_holders_progress_and_takes_its_published_blob(
+    tmp_path: Path,
+) -> None:
     f, paths, holder = _blob_held_by_another_writer(tmp_path, 3 * 4096)
     temp = paths.blobs / f".{f.etag}.other.m-1.0000.wlock-incomplete"
     seen: list[int] = []
-    outcome: list[bool] = []
-
-    def wait() -> None:
-        with claim_blob(paths, f, stall=30, stop=threading.Event(),
-                        on_wait=seen.append) as mine:
-            outcome.append(mine)
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
+    waiter, outcome = _claim_on_a_thread(paths, f, stall=30, on_wait=seen.append)
     for _ in range(3):  # the holder writes, a block at a time
         with open(temp, "ab") as out:
             out.write(os.urandom(4096))
@@ -104,20 +111,9 @@ def test_with_wlock_flock_off_a_sync_never_waits_on_a_blob_lock(
     """`WLOCK_FLOCK=off` (a filesystem whose locks are local to each node, README): a
     download does not wait on the blob's lock, which another node's holder would not be
     seen to hold, but goes ahead at once, long before the holder would count as stalled."""
-    import threading
-
-    from wlock.cache.layout import claim_blob
-
     monkeypatch.setenv("WLOCK_FLOCK", off)
     f, paths, holder = _blob_held_by_another_writer(tmp_path, 4096)
-    outcome: list[bool] = []
-
-    def claim() -> None:
-        with claim_blob(paths, f, stall=60, stop=threading.Event()) as mine:
-            outcome.append(mine)
-
-    claimer = threading.Thread(target=claim)
-    claimer.start()
+    claimer, outcome = _claim_on_a_thread(paths, f, stall=60)
     claimer.join(10)
     waited = claimer.is_alive()
     os.close(holder)  # lets a claimer that waits on the lock go, whatever happened
@@ -132,20 +128,9 @@ def test_a_waiter_whose_blobs_folder_vanished_downloads_the_blob_itself(
     """A gc on another node removed the repo's blobs/ while this sync waited on that node's
     download: no writer's progress can be read any more, which is no progress. After
     `stall` seconds the waiter downloads the blob itself rather than failing."""
-    import threading
-
-    from wlock.cache.layout import claim_blob
-
     f, paths, holder = _blob_held_by_another_writer(tmp_path, 4096)
     shutil.rmtree(paths.blobs)
-    outcome: list[bool] = []
-
-    def wait() -> None:
-        with claim_blob(paths, f, stall=0.5, stop=threading.Event()) as mine:
-            outcome.append(mine)
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
+    waiter, outcome = _claim_on_a_thread(paths, f, stall=0.5)
     waiter.join(10)
     os.close(holder)
     assert outcome == [True]
