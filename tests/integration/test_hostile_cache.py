@@ -213,11 +213,7 @@ def test_a_snapshot_link_to_another_blob_is_repointed_by_sync(
     it."""
     from wlock.cache.layout import link_target
 
-    project = locked_project(hub, tmp_path)
-    cache = tmp_path / "cache"
-    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                     cwd=project).code == 0
-    repo = read_lock(project / "weights.lock").repos[0]
+    project, cache, repo, _ = synced_tiny_bert(hub, tmp_path)
     top = sorted((f for f in repo.files if "/" not in f.path), key=lambda f: f.etag)
     victim = top[len(top) // 2]
     stranger = top[0] if other.endswith("before") else top[-1]
@@ -241,11 +237,7 @@ def test_a_blob_that_links_out_of_the_cache_is_unsafe_and_never_read(
     """A blob replaced by a link to a file outside the cache (of the same size, so that only
     where it points gives it away): check names it unsafe without hashing it; sync replaces
     the link with the real bytes; the file outside is untouched."""
-    project = locked_project(hub, tmp_path)
-    cache = tmp_path / "cache"
-    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                     cwd=project).code == 0
-    repo = read_lock(project / "weights.lock").repos[0]
+    project, cache, repo, _ = synced_tiny_bert(hub, tmp_path)
     victim = next(f for f in repo.files if f.path == "config.json")
     outside = sentinel / "x" / "same-size"
     outside.write_bytes(b"S" * victim.size)
@@ -271,11 +263,7 @@ def test_a_blob_that_links_to_a_file_inside_the_cache_is_checked_by_its_bytes(
     """A blob that is a link to a file elsewhere in the cache (a shared store, as in
     huggingface_hub 2.x): check follows it, hashes what it reaches and passes; with other
     bytes there, it reports wrong bytes, not an unsafe link."""
-    project = locked_project(hub, tmp_path)
-    cache = tmp_path / "cache"
-    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                     cwd=project).code == 0
-    repo = read_lock(project / "weights.lock").repos[0]
+    project, cache, repo, _ = synced_tiny_bert(hub, tmp_path)
     config = next(f for f in repo.files if f.path == "config.json")
     blob = cache / "models--acme--tiny-bert" / "blobs" / config.etag
     store = cache / "store" / config.etag
@@ -335,11 +323,7 @@ def test_check_reports_every_blob_whose_bytes_changed(hub: Hub, tmp_path: Path) 
     """Every blob overwritten with other bytes of the same size: check names each one (files
     are told apart by device and inode, so that hard links are hashed once; two different
     files are never taken for one)."""
-    project = locked_project(hub, tmp_path)
-    cache = tmp_path / "cache"
-    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                     cwd=project).code == 0
-    repo = read_lock(project / "weights.lock").repos[0]
+    project, cache, repo, _ = synced_tiny_bert(hub, tmp_path)
     blobs = cache / "models--acme--tiny-bert" / "blobs"
     changed = sorted(f.path for f in repo.files if f.size)
     for f in repo.files:
