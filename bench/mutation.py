@@ -578,12 +578,18 @@ def report(session: Path) -> None:
 HARMLESS = ROOT / "bench" / "mutation_harmless.toml"
 
 
+def _listed(value: Any) -> list[Any]:
+    """A harmless entry's `to`: one line, or a list of them."""
+    return value if isinstance(value, list) else [value]
+
+
 class Harmless:
     """bench/mutation_harmless.toml: survivors judged harmless, each by its module, the
     source line it mutates (as written, stripped: line numbers move as code does), the line
     after it or the function holding it where the same text occurs twice (`next`,
-    `function`), what the mutant made of it where only that replacement is harmless (`to`),
-    the operators (all when absent) and why."""
+    `function`), what the mutant made of it where only that replacement is harmless (`to`:
+    one line, or a list of the lines equally harmless), the operators (all when absent) and
+    why."""
 
     def __init__(self, entries: list[dict[str, Any]]) -> None:
         self.entries = entries
@@ -620,7 +626,8 @@ class Harmless:
         for entry in self.entries:
             operators = entry.get("operators")
             if entry["module"] == str(mutation.module_path) and entry["line"] == removed \
-                    and entry.get("next", after) == after and entry.get("to", added) == added \
+                    and entry.get("next", after) == after \
+                    and added in _listed(entry.get("to", added)) \
                     and ("function" not in entry or entry["function"] == self._function(mutation)) \
                     and (operators is None or mutation.operator_name.removeprefix("core/")
                          in operators):
