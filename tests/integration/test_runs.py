@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import Hub, run_wlock, tmpfs, write_project
+from wlock.cache.status import NEARLY_FULL
 from wlock.lock.lockfile import read_lock
 
 FIELDS = {"schema", "run_id", "time", "host", "lock", "lock_digest", "manifest_digest",
@@ -123,7 +124,13 @@ def test_status_of_a_folder_a_partial_repo_and_a_tmpfs(hub: Hub, tmp_path: Path)
     report = json.loads(done.stdout)
     assert {r["state"] for r in report["repos"]} == {"complete"}
     assert report["filesystem"]["volatile"] is False and report["filesystem"]["type"] != "?"
-    assert report["filesystem"]["free_bytes"] > 0 and not report["warnings"]
+    assert report["filesystem"]["free_bytes"] > 0
+    # The test's own disk may really be nearly full (a shared CI machine): that one warning is
+    # then right, and any other is not.
+    usage = shutil.disk_usage(cache)
+    expected = ["nearly full"] if usage.free < NEARLY_FULL * usage.total else []
+    kinds = ["nearly full" if "is nearly full" in w else w for w in report["warnings"]]
+    assert kinds == expected
 
     model = read_lock(project / "weights.lock").find("model", "acme/tiny-bert")
     assert model is not None
