@@ -150,6 +150,11 @@ def test_strings_that_need_escaping_survive(tmp_path: Path) -> None:
         # A key that is missing has no line: the problem is put at the first, never at 0.
         (lambda t: t.replace("version = 1\n", ""),
          "weights.lock:1: `version`: unsupported lock version None"),
+        # TOML's `true` and `1.0` equal 1 in Python, and are no lock wlock wrote.
+        (lambda t: t.replace("version = 1", "version = true"),
+         "weights.lock:2: `version`: unsupported lock version True (this wlock reads version 1)"),
+        (lambda t: t.replace("version = 1", "version = 1.0"),
+         "weights.lock:2: `version`: unsupported lock version 1.0"),
         (lambda t: t.replace(f'revision = "{COMMIT_B}"', 'revision = "main"'),
          "weights.lock:18: `dataset.revision`: acme/squad: `revision` must be a 40-hex commit"),
         (lambda t: t.replace('"data/ü x.parquet"', '"../escape"'),
@@ -172,7 +177,9 @@ def test_strings_that_need_escaping_survive(tmp_path: Path) -> None:
         (lambda t: t.replace('id = "acme/tiny-bert"', 'id = "../../etc"'),
          "weights.lock:6: `model.id`: '../../etc' is not a Hub repo id"),
         (lambda t: t.replace('id = "acme/tiny-bert"', "id = 3"),
-         "weights.lock:6: `model.id`: missing `id`"),
+         "weights.lock:6: `model.id`: 3 is not a Hub repo id"),
+        (lambda t: t.replace('requested = "main"', "requested = 1"),
+         "weights.lock:7: `model.requested`: acme/tiny-bert: 1 is not a branch, tag or commit"),
         (lambda t: t.replace('id = "acme/tiny-bert"', 'id = ""'),
          "weights.lock:6: `model.id`: missing `id`"),
         (lambda t: t.replace('path = "empty"', 'path = "config.json"'),

@@ -238,7 +238,8 @@ def _parse_lock(
         return InvalidFileError(display, problem, line=line or 1, key=key, hint=REGENERATE)
 
     version = data.get("version")
-    if version != LOCK_VERSION:
+    # `true` and `1.0` equal 1 in Python; a lock this wlock wrote says exactly `1`.
+    if type(version) is not int or version != LOCK_VERSION:
         raise fail(
             f"unsupported lock version {version!r} (this wlock reads version {LOCK_VERSION})",
             "version", locator.top_level("version"),
@@ -349,11 +350,14 @@ def _parse_repo(
             raise fail("unknown key", f"{kind}.{key}", at(key))
     repo_id, requested, revision = raw.get("id"), raw.get("requested"), raw.get("revision")
     if not isinstance(repo_id, str) or not repo_id:
-        raise fail("missing `id`", f"{kind}.id", at("id"))
+        raise fail("missing `id`" if repo_id in (None, "") else
+                   f"{repo_id!r} is not a Hub repo id", f"{kind}.id", at("id"))
     if problem := repo_id_problem(repo_id):
         raise fail(problem, f"{kind}.id", at("id"))
     if not isinstance(requested, str) or not requested:
-        raise fail(f"{repo_id}: missing `requested`", f"{kind}.requested", at("requested"))
+        raise fail(f"{repo_id}: missing `requested`" if requested in (None, "") else
+                   f"{repo_id}: {requested!r} is not a branch, tag or commit",
+                   f"{kind}.requested", at("requested"))
     if problem := ref_problem(requested):
         raise fail(f"{repo_id}: {problem}", f"{kind}.requested", at("requested"))
     if not isinstance(revision, str) or not is_commit(revision):
