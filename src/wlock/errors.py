@@ -171,10 +171,11 @@ class UnsafeCacheError(LocalError):
     cache (a planted `snapshots/<commit>/onnx -> /etc`), so we stop instead."""
 
     def __init__(self, path: object, what: str, needs: str = "a folder of its own") -> None:
+        why = ("nothing in a Hugging Face cache is a link to a folder"
+               if needs == "a folder of its own" else f"the cache keeps {needs} there")
         super().__init__(
             f"{path} is {what} where the cache needs {needs}; wlock does not write through it",
-            hint=f"Remove {path} (nothing in a Hugging Face cache is a link to a folder), "
-            "then run the command again.",
+            hint=f"Remove {path} ({why}), then run the command again.",
         )
         self.path = str(path)
 

@@ -166,7 +166,7 @@ def test_a_folder_where_a_ref_belongs_is_named_and_left_alone(hub: Hub, tmp_path
                        cwd=project)
     assert result.code == 6, result.stderr
     assert f"error: {ref} is a folder where the cache needs a ref file" in result.stderr
-    assert f"hint: Remove {ref}" in result.stderr
+    assert f"hint: Remove {ref} (the cache keeps a ref file there)" in result.stderr
     assert (ref / "keep").is_dir()
 
 
@@ -452,9 +452,13 @@ def test_a_folder_where_a_blob_belongs_fails_that_file_alone_with_exit_6(
     synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
                        cwd=project)
     assert synced.code == 6, synced.stderr
-    assert synced.stderr.startswith(f"error: cannot write the cache at {cache}: "), \
-        synced.stderr
-    assert "Traceback" not in synced.stderr
+    blob = blobs / folder.etag
+    assert synced.stderr.startswith(
+        f"error: {blob} is a folder where the cache needs a blob file"), synced.stderr
+    assert f"hint: Remove {blob} " in synced.stderr and "Traceback" not in synced.stderr
+    # Refused before fetching: no temp file left beside it, and the folder is untouched.
+    assert sorted(p.name for p in blobs.iterdir() if p.name.startswith(".")) == []
+    assert [p.name for p in blob.iterdir()] == ["inside"]
     for f in repo.files:
         if f.path != folder.path:
             assert (blobs / f.etag).is_file(), f.path

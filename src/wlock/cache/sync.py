@@ -45,6 +45,7 @@ from wlock.errors import (
     HubError,
     LocalError,
     OfflineError,
+    UnsafeCacheError,
     WlockError,
 )
 from wlock.models import Lock, LockedFile, LockedRepo, RepoSyncPlan, SyncPlan, SyncResult
@@ -437,6 +438,11 @@ def _download_all(
         if on_start:
             on_start(label, f.size)
         wrong = (*repo.key, f.etag) in wrong_blobs
+        blob = paths.blob(f.etag)
+        if wrong and blob.is_dir() and not blob.is_symlink():
+            # Bytes cannot be renamed onto a folder, and wlock does not delete what it did
+            # not write: say so before fetching them in vain.
+            raise UnsafeCacheError(blob, "a folder", "a blob file")
         if f.size == 0:
             write_empty_blob(paths, f, replace=wrong)
             return 0
