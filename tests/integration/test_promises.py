@@ -17,7 +17,7 @@ from tests.integration.test_sync import BIG, check, lock, slow_sync_writing_a_sh
 from wlock.atomic import HOST, MACHINE
 from wlock.cache.layout import LEASE, RepoPaths, clean_stale_temps
 from wlock.cache.transfer import FetchJob, Transfer
-from wlock.errors import HubError, WlockError
+from wlock.errors import ExitCode, HubError, WlockError
 from wlock.lock.hub import HubClient
 from wlock.lock.lockfile import read_lock
 from wlock.models import LockedFile, LockedRepo
@@ -231,8 +231,9 @@ def test_a_download_worker_that_cannot_start_fails_the_download_saying_why(
     hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No worker process can be started (fork's EAGAIN at a process limit): the large
-    file's download fails, after its attempts, naming that cause; it is never taken for
-    downloaded. As root no limit can be hit on purpose: Popen fails as the kernel would."""
+    file's download fails at once as this machine's problem (exit 6, not the network's, not
+    retried), naming that cause; it is never taken for downloaded. As root no limit can be
+    hit on purpose: Popen fails as the kernel would."""
     import errno
     import subprocess
 
@@ -242,15 +243,22 @@ def test_a_download_worker_that_cannot_start_fails_the_download_saying_why(
     repo = read_lock(project / "weights.lock").repos[0]
     f = next(f for f in repo.files if f.size == BIG)
 
+    starts: list[object] = []
+    waits: list[float] = []
+
     def no_process(*args: object, **kwargs: object) -> None:
+        starts.append(args)
         raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
 
     monkeypatch.setattr(subprocess, "Popen", no_process)
-    with Transfer(hub.endpoint, None, jobs=1, wait=lambda seconds: None) as transfer, \
+    with Transfer(hub.endpoint, None, jobs=1, wait=waits.append) as transfer, \
             pytest.raises(WlockError) as failed:
         transfer.fetch(fetch_job(repo, f, tmp_path / "model.tmp"))
-    assert "the download worker failed: [Errno 11] Resource temporarily unavailable" in str(
-        failed.value)
+    assert failed.value.exit_code == ExitCode.LOCAL
+    assert "cannot start a download worker: [Errno 11] Resource temporarily unavailable" in \
+        str(failed.value)
+    assert "lower --jobs" in (failed.value.hint or "")
+    assert len(starts) == 1 and waits == []
     assert not (tmp_path / "model.tmp").exists()
 
 

@@ -340,8 +340,8 @@ class Transfer:
         def run() -> None:
             try:
                 outcome.update(self._workers.run(payload, running))
-            except OSError as e:
-                outcome.update(ok=False, error=f"the download worker failed: {e}")
+            except OSError as e:  # no worker process could be started: this machine's limit
+                outcome.update(ok=False, spawn=e)
             finally:
                 done.set()
 
@@ -365,6 +365,12 @@ class Transfer:
                 done.wait(10)
                 break
         self._check_aborted()
+        if "spawn" in outcome:
+            raise LocalError(
+                f"{job.label}: cannot start a download worker: {outcome['spawn']}",
+                hint="This machine is at its limit of processes, open files or memory "
+                "(`ulimit -a`, `free -m`): lower --jobs or stop what holds them, then run the "
+                "command again.", subject=job.label)
         if stalled or not outcome.get("ok"):
             self._on_bytes(job, -last)
             if stalled:
