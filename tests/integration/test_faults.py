@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import Hub, run_wlock, tmpfs, write_project
 from tests.integration.test_promises import fetch_job
 from wlock.cache.transfer import LARGE_FILE, FetchJob, Transfer
+from wlock.errors import HubError
 from wlock.lock.lockfile import read_lock
 
 SHARD = LARGE_FILE + 1024 * 1024  # just above the threshold: through hf_transfer workers
@@ -116,6 +117,27 @@ def test_one_file_that_keeps_stalling_leaves_the_others_fetched(
     blobs = tmp_path / "cache" / f"models--{repo.id.replace('/', '--')}" / "blobs"
     assert sorted(f.path for f in repo.files if (blobs / f.etag).is_file()) == sorted(
         f.path for f in repo.files if f.path != "tokenizer.json")
+
+
+def test_a_file_that_stalls_only_on_its_last_attempt_is_not_said_to_have_stalled_twice(
+    hub: Hub, tmp_path: Path, sharded: Path
+) -> None:
+    """The error counts the stalls it saw: 503s on every attempt but the last, which
+    stalls, end in one stall, not the "twice" of a file that stalled twice."""
+    from wlock.cache.transfer import MAX_ATTEMPTS
+
+    hub.process.faults({"action": "status", "status": 503, "listener": "hub",
+                        "match": "tokenizer.json", "times": MAX_ATTEMPTS - 1},
+                       {"action": "stall", "listener": "hub", "match": "tokenizer.json",
+                        "bytes": 1000, "seconds": 120})
+    repo = read_lock(sharded / "weights.lock").repos[0]
+    f = next(f for f in repo.files if f.path == "tokenizer.json")
+    waits: list[float] = []
+    with Transfer(hub.endpoint, None, jobs=1, timeout=TIMEOUT, wait=waits.append) as transfer, \
+            pytest.raises(HubError) as failed:
+        transfer.fetch(fetch_job(repo, f, tmp_path / "tokenizer.tmp"))
+    assert str(failed.value) == f"{repo.id}/tokenizer.json: no data for {TIMEOUT:g}s (stalled)"
+    assert len(waits) == MAX_ATTEMPTS - 1
 
 
 def test_an_api_that_never_answers_ends_lock_with_exit_5(hub: Hub, tmp_path: Path) -> None:

@@ -213,6 +213,8 @@ class Transfer:
                 if attempt == MAX_ATTEMPTS or stalls >= STALL_ATTEMPTS:
                     if e.reason == "unreachable":
                         self._down = e.final.cause
+                    if e.reason == "stall":  # the error says how often it stalled
+                        raise _stalled(job, self._timeout, stalls).final from None
                     raise e.final from None
                 self._wait(e.delay if e.delay is not None else retry_delay(attempt, None))
             except BaseException:
@@ -583,8 +585,9 @@ def _transport_failure(
         subject=job.label))
 
 
-def _stalled(job: FetchJob, timeout: float) -> _Retryable:
-    cause = f"no data for {timeout:g}s (stalled), twice"
+def _stalled(job: FetchJob, timeout: float, times: int = 1) -> _Retryable:
+    cause = f"no data for {timeout:g}s (stalled)" + (
+        "" if times == 1 else ", twice" if times == 2 else f", {times} times")
     return _Retryable(HubUnreachableError(
         f"{job.label}: {cause}", repo=job.repo_id,
         hint="The server stopped sending. Retry later; on a slow link raise --timeout.",
