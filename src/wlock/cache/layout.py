@@ -26,6 +26,7 @@ never leaves a `snapshots/<commit>/` that huggingface_hub would take as complete
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -458,6 +459,21 @@ def swap_link(link: Path, target: str) -> None:
     os.replace(tmp, link)
 
 
+def _mkdir_past_stale_handles(folder: Path) -> None:
+    """os.mkdir, tried again when a network filesystem says a folder on the way went stale
+    (ESTALE: JuiceFS, NFS), as its cached entry for a folder other nodes work in can: the
+    retry looks the path up anew. Seen: one sync of eight on two JuiceFS mounts failed to
+    make its staging folder with "Stale file handle"."""
+    for attempt in range(3):
+        try:
+            os.mkdir(folder)
+            return
+        except OSError as e:
+            if e.errno != errno.ESTALE or attempt == 2:
+                raise
+            time.sleep(0.05)
+
+
 class SnapshotBuild:
     """`snapshots/<revision>` being made for `files`, its links added as their blobs land.
 
@@ -627,20 +643,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _mkdir_past_stale_handles(folder: Path) -> None:
-    """os.mkdir, tried again when a network filesystem says a folder on the way went stale
-    (ESTALE: JuiceFS, NFS), as its cached entry for a folder other nodes work in can: the
-    retry looks the path up anew. Seen: one sync of eight on two JuiceFS mounts failed to
-    make its staging folder with "Stale file handle"."""
-    import errno
-
-    for attempt in range(3):
-        try:
-            os.mkdir(folder)
-            return
-        except OSError as e:
-            if e.errno != errno.ESTALE or attempt == 2:
-                raise
-            time.sleep(0.05)
