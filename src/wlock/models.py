@@ -291,7 +291,6 @@ class SyncResult:
     plan: SyncPlan
     fetched_files: int  # blobs the Hub served (not a source, another writer, an empty file)
     fetched_bytes: int  # from the Hub
-    linked: int
     seconds: float
     # Per source other than the Hub (another cache, an archive): [files, bytes] it gave.
     restored: dict[str, list[int]] = field(default_factory=dict)

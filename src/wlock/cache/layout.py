@@ -428,19 +428,19 @@ def _writers_progress(paths: RepoPaths, etag: str) -> int:
 
 
 def ensure_link(paths: RepoPaths, folder: Path, file: LockedFile, *, fresh: bool = False
-                ) -> bool:
-    """Point `<folder>/<path>` (a snapshot, or its staging folder) at its blob; True when
-    something was changed. A link or file already there is replaced, never followed.
+                ) -> None:
+    """Point `<folder>/<path>` (a snapshot, or its staging folder) at its blob. A link or
+    file already there is replaced, never followed.
     `fresh`: `folder` is a staging folder this process just made, so nothing is there."""
     link = folder / file.path
     target = link_target(file.path, file.etag)
     make_folder(paths, link.parent)
     if fresh:
         os.symlink(target, link)
-        return True
+        return
     try:
         if os.readlink(link) == target:
-            return False
+            return
     except FileNotFoundError:
         pass
     except OSError:
@@ -448,7 +448,6 @@ def ensure_link(paths: RepoPaths, folder: Path, file: LockedFile, *, fresh: bool
         if stat.S_ISDIR(os.lstat(link).st_mode):
             raise UnsafeCacheError(link, "a folder", "a link to a blob") from None
     swap_link(link, target)
-    return True
 
 
 def swap_link(link: Path, target: str) -> None:
@@ -507,9 +506,8 @@ class SnapshotBuild:
             with self._lock:
                 self._added.add(file.path)
 
-    def finish(self) -> int:
-        """Link what is not linked yet and put the snapshot in place; returns how many
-        links were made."""
+    def finish(self) -> None:
+        """Link what is not linked yet and put the snapshot in place."""
         if self.staging is not None:
             for f in self.files:
                 if f.path not in self._added:
@@ -517,7 +515,7 @@ class SnapshotBuild:
             try:
                 os.rename(self.staging, self.snapshot)
                 self.paths.verified.add(str(self.snapshot))
-                return len(self._added)
+                return
             except OSError:
                 if not os.path.lexists(self.snapshot):
                     raise
@@ -525,7 +523,8 @@ class SnapshotBuild:
             finally:
                 self.discard()
         make_folder(self.paths, self.snapshot)
-        return sum(ensure_link(self.paths, self.snapshot, f) for f in self.files)
+        for f in self.files:
+            ensure_link(self.paths, self.snapshot, f)
 
     def discard(self) -> None:
         if self.staging is not None and os.path.lexists(self.staging):
@@ -534,9 +533,9 @@ class SnapshotBuild:
         self._lease.close()
 
 
-def ensure_ref(paths: RepoPaths, name: str, revision: str) -> bool:
+def ensure_ref(paths: RepoPaths, name: str, revision: str) -> None:
     if read_ref(paths, name) == revision:
-        return False
+        return
     ref = paths.ref(name)
     make_folder(paths, ref.parent)
     if os.path.isdir(ref) and not os.path.islink(ref):
@@ -544,7 +543,6 @@ def ensure_ref(paths: RepoPaths, name: str, revision: str) -> bool:
     tmp = temp_path_for(ref, LINK_TEMP_SUFFIX)
     tmp.write_text(revision, encoding="utf-8")
     os.replace(tmp, ref)
-    return True
 
 
 def clean_stale_temps(paths: RepoPaths, revision: str, *, deep: bool = True) -> int:

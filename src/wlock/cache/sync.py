@@ -303,14 +303,13 @@ def execute_plan(
                 builds, _Sources(sources, offline, restored, refused),
                 on_start, on_bytes, on_done,
             )
-        linked = 0
         try:
             for r in work:
                 build = builds[r.repo.key]
                 if any(failed[:2] == r.repo.key for failed in failed_blobs):
                     build.discard()
                     continue
-                linked += build.finish()
+                build.finish()
                 if r.ref:
                     ensure_ref(build.paths, r.ref, r.repo.revision)
         except OSError as e:
@@ -325,7 +324,7 @@ def execute_plan(
         raise SyncFailed(sorted(failures, key=lambda f: f.message))  # the same on every run
     return SyncResult(plan=plan, fetched_files=hub_files,
                       fetched_bytes=fetched_bytes - sum(b for _, b in restored.values()),
-                      linked=linked, seconds=time.monotonic() - started,
+                      seconds=time.monotonic() - started,
                       restored=restored, refused=tuple(refused))
 
 
