@@ -7,6 +7,7 @@ store with a StoreBuilder under unique ids; the server notices the change on its
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -78,11 +79,14 @@ class Result:
     stderr: str
 
 
-def default_sigint() -> None:
-    """For child processes: SIGINT at its default, as a terminal gives it. pytest started as
-    a background job of a non-interactive shell has it ignored, and a child would inherit
-    that (and a Ctrl-C test would then test nothing)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def default_signals() -> None:
+    """For child processes: every signal at its default, as a terminal gives them. pytest
+    started as a background job of a non-interactive shell has SIGINT ignored, and under
+    `nohup` SIGHUP: a child would inherit that (and a Ctrl-C test, or one that a process is
+    never signalled, would then test nothing)."""
+    for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(sig, signal.SIG_DFL)
 
 
 def run_wlock(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
@@ -90,7 +94,7 @@ def run_wlock(*args: str, cwd: Path | None = None, env: dict[str, str] | None = 
     """The real command line, in a child process, as a user or CI would run it."""
     proc = subprocess.run(
         [sys.executable, "-m", "wlock", *args], cwd=cwd, capture_output=True, text=True,
-        env={**os.environ, **(env or {})}, timeout=timeout, preexec_fn=default_sigint,
+        env={**os.environ, **(env or {})}, timeout=timeout, preexec_fn=default_signals,
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
 

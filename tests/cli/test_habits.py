@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, default_sigint, run_wlock, write_project
+from tests.conftest import Hub, default_signals, run_wlock, write_project
 from wlock.cli.progress import BIG_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +94,7 @@ def run_in_terminal(args: list[str], cwd: Path, env: dict[str, str], *, columns:
     proc = subprocess.Popen([sys.executable, "-m", "wlock", *args], cwd=cwd,
                             env={**child_env, "TERM": "xterm-256color", **env},
                             stdin=slave, stdout=slave, stderr=slave, close_fds=True,
-                            preexec_fn=default_sigint)
+                            preexec_fn=default_signals)
     os.close(slave)
     screens: list[list[str]] = []
     deadline = time.monotonic() + timeout

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, default_sigint, run_wlock, write_project
+from tests.conftest import Hub, default_signals, run_wlock, write_project
 from tests.seaweed import SECRET, S3Server, s3_server
 from wlock.lock.lockfile import read_lock
 from wlock.models import LockedRepo
@@ -227,7 +227,7 @@ def test_s3_stopped_mid_upload_leaves_no_partial_object(
             [sys.executable, "-m", "wlock", "archive", "--to", url, "--jobs", "1",
              "--cache-dir", str(tmp_path / "cache")], cwd=project,
             env={**os.environ, **server.env()}, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+            stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
         # The large blob goes first; once some of its bytes are received, stop the server.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import default_sigint, run_wlock
+from tests.conftest import default_signals, run_wlock
 from tests.seaweed import s3_server
 
 OLD = time.time() - 3600  # written an hour ago: settled
@@ -120,7 +120,7 @@ def test_a_checkpoint_being_written_is_never_touched(tmp_path: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; f = open(sys.argv[1], 'ab'); "
          "print('open', flush=True); time.sleep(60)", str(run2 / "train.log")],
-        stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+        stdout=subprocess.PIPE, text=True, preexec_fn=default_signals)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
         refused = run_wlock("checkpoints", "keep", str(run2), "--archive",
@@ -166,7 +166,7 @@ def test_archive_server_stopped_mid_way_deletes_nothing(tmp_path: Path) -> None:
         proc = subprocess.Popen(
             [sys.executable, "-m", "wlock", "checkpoints", "keep", str(run), "--archive",
              "s3://ckpt/runs"], env={**os.environ, **server.env()}, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+            stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
             if server.requests().get("PUT", 0) >= 1:

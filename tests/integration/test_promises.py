@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, run_wlock, write_project
+from tests.conftest import Hub, default_signals, run_wlock, write_project
 from tests.integration.test_sync import BIG, check, lock, slow_sync_writing_a_shard, sync
 from wlock.atomic import HOST, MACHINE
 from wlock.cache.layout import LEASE, RepoPaths, clean_stale_temps
@@ -358,7 +358,8 @@ def test_a_live_writer_on_this_machine_is_asked_about_never_signalled(
     import subprocess
 
     _, _, repo, paths = synced_tiny_bert(hub, tmp_path)
-    writer = subprocess.Popen(["sleep", "60"])
+    # Its signals at their defaults: under `nohup` it would inherit SIGHUP ignored.
+    writer = subprocess.Popen(["sleep", "60"], preexec_fn=default_signals)
     try:
         live = paths.blobs / f".{'e' * 64}.{HOST}.{MACHINE}-{writer.pid}.0a0b0c0d.wlock-incomplete"
         live.write_bytes(b"still downloading")

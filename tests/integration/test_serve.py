@@ -17,7 +17,7 @@ import httpx2
 import pytest
 from huggingface_hub import hf_hub_download, snapshot_download
 
-from tests.conftest import Hub, default_sigint, run_wlock, write_project
+from tests.conftest import Hub, default_signals, run_wlock, write_project
 from wlock.lock.lockfile import read_lock
 from wlock.models import LockedRepo
 
@@ -33,7 +33,7 @@ def serving(project: Path, cache: Path, *extra: str, env: dict[str, str] | None 
     proc = subprocess.Popen(
         [sys.executable, "-m", "wlock", "serve", "--port", "0", "--cache-dir", str(cache),
          *extra], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, **(env or {})}, preexec_fn=default_sigint)
+        env={**os.environ, **(env or {})}, preexec_fn=default_signals)
     try:
         assert proc.stdout is not None
         endpoint = proc.stdout.readline().strip()

@@ -20,7 +20,7 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
-from tests.conftest import Hub, default_sigint, run_wlock, write_project
+from tests.conftest import Hub, default_signals, run_wlock, write_project
 from tests.juicefs import Unavailable, two_node_volume
 from wlock.cache.transfer import LARGE_FILE
 from wlock.lock.lockfile import read_lock
@@ -62,7 +62,7 @@ def start_sync(hub: Hub, project: Path, cache: Path, env: dict[str, str] | None 
         [*prefix, sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint,
          "--cache-dir", str(cache)], cwd=project, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
-        preexec_fn=default_sigint)
+        preexec_fn=default_signals)
 
 
 def downloads_per_file(hub: Hub, repo: LockedRepo) -> dict[str, int]:

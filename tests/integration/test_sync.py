@@ -22,7 +22,7 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 from tests.conftest import (
     GATED_TOKEN,
     Hub,
-    default_sigint,
+    default_signals,
     read_only,
     run_wlock,
     tmpfs,
@@ -538,7 +538,7 @@ def slow_sync_writing_a_shard(
     proc = subprocess.Popen(
         [sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint, "--cache-dir",
          str(cache)], cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, preexec_fn=default_sigint,
+        start_new_session=True, preexec_fn=default_signals,
     )
     shards = tuple(f".{f.etag}." for f in read_lock(project / "weights.lock").repos[0].files
                    if f.size >= BIG // 2)
@@ -896,7 +896,7 @@ def test_ctrl_c_leaves_the_queued_files_alone(hub: Hub, tmp_path: Path, big_repo
         [sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint, "--cache-dir",
          str(cache), "--from-cache", str(source), "--jobs", "1"], cwd=project,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        preexec_fn=default_sigint)
+        preexec_fn=default_signals)
     deadline = time.monotonic() + 60
     while not (blobs.is_dir() and any(blobs.glob(f".{first.etag}.*.wlock-incomplete"))):
         assert time.monotonic() < deadline and proc.poll() is None, "no transfer started"
@@ -928,7 +928,7 @@ def test_ctrl_c_stops_a_sync_waiting_for_another_writers_download(
                  "--cache-dir", str(cache), "--timeout", "300"], cwd=project,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, start_new_session=True,
-                preexec_fn=default_sigint))
+                preexec_fn=default_signals))
             deadline = time.monotonic() + 60
             while not shards & _open_files(syncs[-1].pid):  # the holder's, then the waiter's
                 assert time.monotonic() < deadline and syncs[-1].poll() is None, \
@@ -1024,7 +1024,7 @@ def test_a_sync_of_many_files_holds_few_descriptors(hub: Hub, tmp_path: Path) ->
     lock(hub, project)
 
     def few_descriptors() -> None:
-        default_sigint()
+        default_signals()
         resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96))
 
     cache = tmp_path / "cache"
