@@ -78,6 +78,10 @@ def main() -> None:
                         help="with --keep: judge again, first and with every test of their "
                         "lines, the survivors that bench/mutation_harmless.toml does not "
                         "explain (after adding tests)")
+    parser.add_argument("--at", default="HEAD", metavar="REF",
+                        help="run this commit of the checkout (default HEAD): to go on with a "
+                        "session after the modules changed on main, from a branch that "
+                        "holds its modules (and new tests only)")
     parser.add_argument("--report", action="store_true",
                         help="with --keep: print the report of what has run, run nothing")
     args = parser.parse_args()
@@ -88,7 +92,9 @@ def main() -> None:
     if args.report:
         report(session)
         return
-    clones = [clone_at(work / f"repo-{n}") for n in range(max(1, args.jobs))]
+    commit = subprocess.run(["git", "rev-parse", "--verify", f"{args.at}^{{commit}}"], cwd=ROOT,
+                            check=True, capture_output=True, text=True).stdout.strip()
+    clones = [clone_at(work / f"repo-{n}", commit) for n in range(max(1, args.jobs))]
     fingerprint = work / "modules.sha256"
     if not session.exists():
         init_session(clones[0], session)
@@ -96,7 +102,8 @@ def main() -> None:
         fingerprint.write_text(modules_digest(clones[0]), encoding="utf-8")
     elif fingerprint.read_text(encoding="utf-8") != modules_digest(clones[0]):
         sys.exit(f"{', '.join(MODULES)} changed since the session in {work} began: its "
-                 "mutants no longer match the code. Start another (a new --keep folder).")
+                 "mutants no longer match the code. Go on from a branch holding its modules (--at), "
+                 "or start another (a new --keep folder).")
     again = work / "again.json"
     first = json.loads(again.read_text(encoding="utf-8")) if again.exists() else []
     if args.again:  # added to those of an earlier --again that have not run yet
@@ -113,14 +120,16 @@ def main() -> None:
     report(session)
 
 
-def clone_at(path: Path) -> Path:
-    """A clone of the checkout's HEAD at `path`: made, or brought up to HEAD (new tests)
+def clone_at(path: Path, commit: str) -> Path:
+    """A clone of the checkout's `commit` at `path`: made, or brought to it (new tests)
     with any mutant an interrupted run left in it undone."""
     if not path.exists():
         subprocess.run(["git", "clone", "-q", str(ROOT), str(path)], check=True)
     else:
         subprocess.run(["git", "checkout", "-q", "--", "."], cwd=path, check=True)
-        subprocess.run(["git", "pull", "-q", "--ff-only"], cwd=path, check=True)
+        subprocess.run(["git", "fetch", "-q", "origin", "+refs/heads/*:refs/remotes/origin/*"],
+                       cwd=path, check=True)
+    subprocess.run(["git", "checkout", "-q", "--detach", commit], cwd=path, check=True)
     subprocess.run([sys.executable, "-m", "compileall", "-q", "src"], cwd=path, check=True)
     return path
 
@@ -139,7 +148,7 @@ def judge_again(session: Path) -> list[str]:
 
     from cosmic_ray.work_db import WorkDB, use_db
 
-    explained = Harmless.load()
+    explained = Harmless.load(session)
     again = []
     with use_db(str(session), WorkDB.Mode.open) as db:
         for item, result in db.completed_work_items:
@@ -294,8 +303,8 @@ class Module:
               ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler,
               ast.Match, ast.match_case)
 
-    def __init__(self, path: Path) -> None:
-        self.tree = ast.parse(path.read_text(encoding="utf-8"))
+    def __init__(self, path: Path, text: str | None = None) -> None:
+        self.tree = ast.parse(path.read_text(encoding="utf-8") if text is None else text)
         self.annotations: list[tuple[tuple[int, int], tuple[int, int]]] = []
         for node in ast.walk(self.tree):
             notes: list[ast.expr | None] = []
@@ -547,7 +556,7 @@ def report(session: Path) -> None:
         f"{n} {what}" for what, n in sorted(verdicts.items())))
     if not judged:
         return
-    explained = Harmless.load()
+    explained = Harmless.load(session)
     reasons: Counter[str] = Counter()
     unexplained = []
     for item, result, detail in sorted(survivors, key=lambda s: (
@@ -591,22 +600,27 @@ class Harmless:
     one line, or a list of the lines equally harmless), the operators (all when absent) and
     why."""
 
-    def __init__(self, entries: list[dict[str, Any]]) -> None:
+    def __init__(self, entries: list[dict[str, Any]], clone: Path) -> None:
         self.entries = entries
+        self.clone = clone
         self._modules: dict[str, Module] = {}
 
     def _function(self, mutation: Any) -> str:
+        """The function holding `mutation` in the session's code: its clone's commit (the
+        checkout's modules may have moved on; the clone may hold a mutant in flight)."""
         module = str(mutation.module_path)
         if module not in self._modules:
-            self._modules[module] = Module(ROOT / module)
+            text = subprocess.run(["git", "show", f"HEAD:{module}"], cwd=self.clone,
+                                  check=True, capture_output=True, text=True).stdout
+            self._modules[module] = Module(self.clone / module, text)
         return self._modules[module].function(mutation.start_pos)
 
     @classmethod
-    def load(cls) -> Harmless:
+    def load(cls, session: Path) -> Harmless:
         import tomllib
 
         with open(HARMLESS, "rb") as f:
-            return cls(tomllib.load(f).get("harmless", []))
+            return cls(tomllib.load(f).get("harmless", []), session.parent / "repo-0")
 
     def explains(self, item: Any, result: Any) -> str | None:
         """Why the survivor `item` is harmless, or None (never for a harness error)."""
