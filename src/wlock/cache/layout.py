@@ -573,19 +573,17 @@ def clean_stale_temps(paths: RepoPaths, revision: str, *, deep: bool = True) -> 
     return removed
 
 
-def clean_other_repos(cache_dir: Path, skip: set[Path]) -> int:
+def clean_other_repos(cache_dir: Path, skip: set[Path]) -> None:
     """clean_stale_temps (blobs/ and staging only) in every repo folder of the cache but
     `skip`: a sync that downloads anyway reclaims what dead syncs left in repos no lock of
     its own names, so a shared cache does not keep them until someone syncs those repos."""
-    removed = 0
     with contextlib.suppress(OSError), os.scandir(cache_dir) as entries:
         for entry in entries:
             root = Path(entry.path)
             if entry.name.startswith(("models--", "datasets--")) and root not in skip \
                     and entry.is_dir(follow_symlinks=False):
                 with contextlib.suppress(OSError):
-                    removed += clean_stale_temps(RepoPaths(cache_dir, root), "", deep=False)
-    return removed
+                    clean_stale_temps(RepoPaths(cache_dir, root), "", deep=False)
 
 
 def _walk(folder: str) -> Iterator[os.DirEntry[str]]:

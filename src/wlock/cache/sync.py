@@ -190,17 +190,15 @@ def _plan_repo(repo: LockedRepo, cache_dir: Path) -> RepoSyncPlan:
                         link=tuple(link), present=present, ref=ref)
 
 
-def tidy(plan: SyncPlan) -> int:
+def tidy(plan: SyncPlan) -> None:
     """What a sync with nothing to do still does: remove the temp blobs and staging folders
     that killed syncs (on this node or others) left in the locked repos. Once another node
-    completed the cache, every later sync is a no-op, and nothing else would. Returns how
-    many were removed; never raises for a cache it cannot clean."""
-    removed = 0
+    completed the cache, every later sync is a no-op, and nothing else would. Never raises
+    for a cache it cannot clean."""
     for r in plan.repos:
         paths = RepoPaths.of(Path(plan.cache_dir), r.repo)
         with contextlib.suppress(OSError):
-            removed += clean_stale_temps(paths, r.repo.revision, deep=False)
-    return removed
+            clean_stale_temps(paths, r.repo.revision, deep=False)
 
 
 def nearest_existing(path: Path) -> Path:
