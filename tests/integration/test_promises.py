@@ -373,6 +373,20 @@ def test_a_live_writer_on_this_machine_is_asked_about_never_signalled(
         writer.wait()
 
 
+def test_a_leftover_of_this_very_process_is_its_own_live_download(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A temp file named with the cleaning process's own pid is one of its downloads in
+    flight (a sync cleans the repos it does not fetch while it fetches): kept, however old
+    its lease looks."""
+    _, _, repo, paths = synced_tiny_bert(hub, tmp_path)
+    mine = paths.blobs / f".{'e' * 64}.{HOST}.{MACHINE}-{os.getpid()}.0a0b0c0d.wlock-incomplete"
+    mine.write_bytes(b"still downloading")
+    expire(mine)
+    assert clean_stale_temps(paths, repo.revision) == 0
+    assert mine.exists()
+
+
 def _a_dead_pid() -> int:
     """A pid that belonged to a process that has exited."""
     import subprocess

@@ -678,8 +678,9 @@ def test_check_finds_a_blob_longer_than_the_lock_says_by_its_size(
 
 def test_verify_plans_each_repo_and_counts_each_file_once(hub: Hub, tmp_path: Path) -> None:
     """`sync --verify` over two repos, the first whole, the second with three links to
-    make, one of them to a blob with wrong bytes: every repo stays in the plan, and the
-    wrong one is counted as corrupt, not also as present or to link."""
+    make, one of them to a blob with wrong bytes, and two more wrong blobs in place: every
+    repo stays in the plan, and each wrong one is counted as corrupt, not also as present
+    or to link."""
     repo_id = hub.unique_id("verify")  # sorts after acme/tiny-bert
     hub.builder.commit("model", repo_id, {f"f{n}.txt": f"file {n}\n".encode() for n in range(6)})
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n\n'
@@ -692,14 +693,14 @@ def test_verify_plans_each_repo_and_counts_each_file_once(hub: Hub, tmp_path: Pa
     folder = cache / f"models--{repo_id.replace('/', '--')}"
     for n in range(3):
         (folder / "snapshots" / second.revision / f"f{n}.txt").unlink()
-    wrong = next(f for f in second.files if f.path == "f1.txt")
-    os.chmod(folder / "blobs" / wrong.etag, 0o644)
-    (folder / "blobs" / wrong.etag).write_bytes(b"x" * wrong.size)
+    for wrong in (f for f in second.files if f.path in ("f1.txt", "f4.txt", "f5.txt")):
+        os.chmod(folder / "blobs" / wrong.etag, 0o644)
+        (folder / "blobs" / wrong.etag).write_bytes(b"x" * wrong.size)
 
     dry = json.loads(sync(hub, project, cache, "--verify", "--dry-run", "--json").stdout)
     assert [(r["id"], r["corrupt"], r["link"], r["present"]) for r in dry["repos"]] == [
         ("acme/tiny-bert", [], [], len(first.files)),
-        (repo_id, ["f1.txt"], ["f0.txt", "f2.txt"], len(second.files) - 3),
+        (repo_id, ["f1.txt", "f4.txt", "f5.txt"], ["f0.txt", "f2.txt"], len(second.files) - 5),
     ]
     assert sync(hub, project, cache, "--verify").code == 0
     assert check(project, cache).code == 0
