@@ -102,8 +102,8 @@ def main() -> None:
         fingerprint.write_text(modules_digest(clones[0]), encoding="utf-8")
     elif fingerprint.read_text(encoding="utf-8") != modules_digest(clones[0]):
         sys.exit(f"{', '.join(MODULES)} changed since the session in {work} began: its "
-                 "mutants no longer match the code. Go on from a branch holding its modules (--at), "
-                 "or start another (a new --keep folder).")
+                 "mutants no longer match the code. Go on from a branch holding its modules "
+                 "(--at), or start another (a new --keep folder).")
     again = work / "again.json"
     first = json.loads(again.read_text(encoding="utf-8")) if again.exists() else []
     if args.again:  # added to those of an earlier --again that have not run yet

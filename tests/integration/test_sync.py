@@ -406,6 +406,28 @@ def test_a_bad_body_is_refused_then_retried(hub: Hub, tmp_path: Path, big_repo: 
     assert check(project, cache).code == 0
 
 
+def test_bytes_other_than_the_lock_names_are_refused_whichever_way_their_hash_sorts(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """The downloaded bytes' hash must equal the lock's: a lock whose hashes were edited to
+    sort before (all 0s) or after (all fs) the real ones is refused for both files, and no
+    blob takes either name."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n'
+                            'include = ["config.json", "model.safetensors"]\n')
+    lock(hub, project)
+    files = {f.path: f for f in read_lock(project / "weights.lock").repos[0].files}
+    text = (project / "weights.lock").read_text()
+    text = text.replace(files["config.json"].etag, "0" * 40)
+    (project / "weights.lock").write_text(text.replace(files["model.safetensors"].etag, "f" * 64))
+    cache = tmp_path / "cache"
+    result = sync(hub, project, cache)
+    assert result.code == 1, result.stderr
+    for path in ("config.json", "model.safetensors"):
+        assert f"{path}: downloaded bytes do not match the lock" in result.stderr, path
+    blobs = cache / "models--acme--tiny-bert" / "blobs"
+    assert not (blobs / ("0" * 40)).exists() and not (blobs / ("f" * 64)).exists()
+
+
 def test_persistently_corrupt_bytes_fail_with_exit_1_and_never_enter_the_cache(
     hub: Hub, tmp_path: Path
 ) -> None:
@@ -674,6 +696,30 @@ def test_check_finds_a_blob_longer_than_the_lock_says_by_its_size(
     assert result.code == 1
     assert result.stdout == (f"wrong size: model acme/tiny-bert: config.json: expected "
                              f"{config.size} bytes, found {config.size + 1} bytes\n")
+
+
+def test_sync_replaces_a_blob_longer_or_shorter_than_the_lock_says_without_verify(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A blob of the wrong size, grown (bytes appended) or cut short, is told from its
+    size by a plain sync, without --verify: planned as corrupt, fetched again, checked."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    assert sync(hub, project, cache).code == 0
+    files = {f.path: f for f in read_lock(project / "weights.lock").repos[0].files}
+    blobs = cache / "models--acme--tiny-bert" / "blobs"
+    grown, cut = blobs / files["config.json"].etag, blobs / files["vocab.txt"].etag
+    for blob in (grown, cut):
+        os.chmod(blob, 0o644)
+    with open(grown, "ab") as f:
+        f.write(b"\n")
+    os.truncate(cut, files["vocab.txt"].size - 1)
+
+    dry = json.loads(sync(hub, project, cache, "--dry-run", "--json").stdout)
+    assert [r["corrupt"] for r in dry["repos"]] == [["config.json", "vocab.txt"]]
+    assert sync(hub, project, cache).code == 0
+    assert check(project, cache).code == 0
 
 
 def test_verify_plans_each_repo_and_counts_each_file_once(hub: Hub, tmp_path: Path) -> None:

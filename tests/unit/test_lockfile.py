@@ -190,6 +190,8 @@ def test_strings_that_need_escaping_survive(tmp_path: Path) -> None:
          "weights.lock:10: `model.files`: acme/tiny-bert: config.json: bad size 100000000000000000000000000"),
         (lambda t: t.replace('requested = "main"', f'requested = "{COMMIT_B}"'),
          "weights.lock:8: `model.revision`: acme/tiny-bert: `requested` is the commit cd46b88 but `revision` is 558d4e6"),
+        (lambda t: t.replace('requested = "main"', f'requested = "{"0" * 40}"'),
+         "weights.lock:8: `model.revision`: acme/tiny-bert: `requested` is the commit 0000000 but `revision` is 558d4e6"),
         (lambda t: t + t[t.index("[[dataset]]"):].replace("acme/squad", "ACME/Squad"),
          "weights.lock:24: `dataset.id`: dataset 'ACME/Squad' is locked twice (first at line 16)"),
         # A content hash becomes a blob's file name in the cache: only 64 lowercase hex

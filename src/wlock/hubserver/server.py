@@ -212,6 +212,8 @@ class _Handler(BaseHTTPRequestHandler):
                 headers = {}
                 if "retry_after" in rule.params:
                     headers["Retry-After"] = str(rule.params["retry_after"])
+                if "location" in rule.params:  # a redirect (a mirror's 301), sent verbatim
+                    headers["Location"] = str(rule.params["location"])
                 raise _HttpError(
                     int(rule.params.get("status", 500)), rule.params.get("error_code"),
                     str(rule.params.get("message", "Injected fault")), headers,
