@@ -698,6 +698,34 @@ def test_check_finds_a_blob_longer_than_the_lock_says_by_its_size(
                              f"{config.size} bytes, found {config.size + 1} bytes\n")
 
 
+def test_check_reads_a_snapshot_of_plain_files_as_a_cache_without_symlinks_has(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """huggingface_hub on a filesystem without symlinks (Windows without developer mode)
+    copies each file into the snapshot and keeps no blob: check judges the file itself,
+    passing right bytes and naming wrong ones."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    assert sync(hub, project, cache).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    folder = cache / "models--acme--tiny-bert"
+    for f in repo.files:
+        link = folder / "snapshots" / repo.revision / f.path
+        link.unlink()
+        shutil.copyfile(folder / "blobs" / f.etag, link)
+    shutil.rmtree(folder / "blobs")
+    assert check(project, cache).code == 0
+
+    config = next(f for f in repo.files if f.path == "config.json")
+    plain = folder / "snapshots" / repo.revision / "config.json"
+    plain.write_bytes(plain.read_bytes().replace(b"{", b"[", 1))
+    result = check(project, cache)
+    assert result.code == 1 and result.stdout.startswith(
+        "wrong bytes: model acme/tiny-bert: config.json: expected git-sha1 "
+        f"{config.etag}"), result.stdout
+
+
 def test_sync_replaces_a_blob_longer_or_shorter_than_the_lock_says_without_verify(
     hub: Hub, tmp_path: Path
 ) -> None:
@@ -782,6 +810,27 @@ def test_read_only_cache_exits_6(hub: Hub, tmp_path: Path) -> None:
             f"error: cannot write the cache at {mount}: Read-only file system "
             f"({mount}/models--acme--tiny-bert)\n"
         )
+
+
+def test_a_read_only_locks_folder_only_costs_the_locks(hub: Hub, tmp_path: Path) -> None:
+    """`.locks` on a filesystem this sync cannot write (another user's, read-only) while
+    the blobs can be: no flock can be probed there, so the blobs are claimed and a dead
+    sync's leftover judged without locks (by its lease), and the sync succeeds."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    with tmpfs(cache / ".locks", "1m") as locks:
+        (locks / "models--acme--tiny-bert").mkdir()
+        read_only(locks)
+        blobs = cache / "models--acme--tiny-bert" / "blobs"
+        blobs.mkdir(parents=True)
+        leftover = blobs / f".{'e' * 64}.other-node.4242.0a0b0c0d.wlock-incomplete"
+        leftover.write_bytes(b"a dead sync's download")
+        os.utime(leftover, (0, 0))  # its lease long run out
+        result = sync(hub, project, cache)
+        assert result.code == 0, result.stderr
+        assert not leftover.exists()
+        assert check(project, cache).code == 0
 
 
 def test_transient_failures_are_retried(hub: Hub, tmp_path: Path, big_repo: str) -> None:

@@ -326,6 +326,18 @@ def test_many_files_failing_for_one_cause_name_three_and_count_the_rest(
     assert failed.message == f"{count} files failed:\n  {cause}: {count} files ({shown})"
 
 
+def test_files_failing_with_the_same_words_after_their_names_are_one_cause() -> None:
+    """A failure with no cause of its own (a full disk seen by each download) groups by its
+    words after the file's name: one line for the cause, the files counted."""
+    from wlock.cache.sync import SyncFailed
+    from wlock.errors import ExitCode, LocalError
+
+    words = "not enough space to write /cache/blobs: No space left on device"
+    failed = SyncFailed([LocalError(f"a/{n}: {words}", subject=f"a/{n}") for n in range(3)])
+    assert failed.message == f"3 files failed:\n  {words}: 3 files (a/0, a/1, a/2)"
+    assert failed.exit_code == ExitCode.LOCAL
+
+
 def test_a_stale_handle_while_making_a_staging_folder_is_tried_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
