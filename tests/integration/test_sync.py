@@ -510,6 +510,29 @@ def test_gated_repo_with_and_without_token(hub: Hub, tmp_path: Path) -> None:
     assert check(project, cache).code == 0
 
 
+def test_a_failed_repo_leaves_the_repos_before_it_complete(hub: Hub, tmp_path: Path) -> None:
+    """One repo's file fails: only that repo's snapshot is held back. A repo that sorts
+    before it (here acme/tiny-bert, before test/...) is linked and its ref written."""
+    repo_id = hub.unique_id("fails")
+    hub.builder.commit("model", repo_id, {"config.json": b"{}", "weights.bin": b"w" * 100})
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n\n'
+                            f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    good, failing = read_lock(project / "weights.lock").repos
+    assert (good.id, failing.id) == ("acme/tiny-bert", repo_id)
+    hub.process.faults({"action": "status", "status": 403, "match": f"{repo_id}/.*weights.bin"})
+    cache = tmp_path / "cache"
+    done = sync(hub, project, cache)
+    assert done.code == 5, done.stderr
+    folder = cache / "models--acme--tiny-bert"
+    assert (folder / "refs" / "main").read_text() == good.revision
+    for f in good.files:
+        assert (folder / "snapshots" / good.revision / f.path).is_file(), f.path
+    held = cache / f"models--{repo_id.replace('/', '--')}"
+    assert not (held / "snapshots" / failing.revision).exists()
+    assert not (held / "refs" / "main").exists()
+
+
 def test_each_cause_of_a_failed_sync_is_said_once_in_its_own_words(
     hub: Hub, tmp_path: Path
 ) -> None:

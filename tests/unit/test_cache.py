@@ -362,3 +362,31 @@ def test_a_stale_handle_while_making_a_staging_folder_is_tried_again(
     with pytest.raises(FileExistsError):
         _mkdir_past_stale_handles(tmp_path / "staging")
     assert len(calls) == 3  # not tried again
+
+
+@pytest.mark.parametrize("env", [
+    {"HF_HUB_CACHE": "/srv/hub"},
+    {"HF_HOME": "/srv/hf", "XDG_CACHE_HOME": "/srv/xdg"},
+    {"XDG_CACHE_HOME": "/srv/xdg"},
+    {},
+], ids=["HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HOME"])
+def test_the_default_cache_is_the_one_huggingface_hub_uses(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Without --cache-dir, the cache huggingface_hub itself reads, judged by the real
+    client in a fresh interpreter: HF_HUB_CACHE, else $HF_HOME/hub, else
+    $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub."""
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HUGGINGFACE_HUB_CACHE")}
+    run_env = {**clean, "HOME": str(tmp_path), **env}
+
+    def ask(code: str) -> str:
+        return subprocess.run([sys.executable, "-c", code], env=run_env, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    theirs = ask("from huggingface_hub import constants; print(constants.HF_HUB_CACHE)")
+    ours = ask("from wlock.cache.layout import default_cache_dir; print(default_cache_dir())")
+    assert ours == theirs

@@ -227,6 +227,19 @@ def test_invalid_locks_name_line_and_key(tmp_path: Path, mutate, message: str) -
     assert "wlock lock" in (excinfo.value.hint or "")
 
 
+def test_a_requested_commit_other_than_the_revision_names_both_as_git_shortens_them(
+    tmp_path: Path
+) -> None:
+    """Seven hex digits each, as `git log --oneline` shows them, and nothing after."""
+    path = tmp_path / "weights.lock"
+    path.write_text(GOLDEN.replace('requested = "main"', f'requested = "{COMMIT_B}"'),
+                    encoding="utf-8")
+    with pytest.raises(InvalidFileError) as excinfo:
+        read_lock(path)
+    assert excinfo.value.message.endswith(
+        f"`requested` is the commit {COMMIT_B[:7]} but `revision` is {COMMIT_A[:7]}")
+
+
 @pytest.mark.parametrize("size", [2**63 - 1, 2**63])
 def test_the_largest_size_a_file_can_have_is_read_and_one_byte_more_refused(
     tmp_path: Path, size: int
