@@ -227,6 +227,26 @@ def test_a_download_worker_that_died_idle_is_replaced(hub: Hub, tmp_path: Path) 
     assert (tmp_path / "second.tmp").stat().st_size == f.size
 
 
+def test_a_download_worker_that_does_not_leave_when_the_transfer_ends_is_killed(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A worker that does not exit once its input closes (stopped, hung in the kernel) is
+    waited for a few seconds, then killed: the sync ends, without an error of its own, and
+    leaves no process behind."""
+    import signal
+
+    repo_id = big(hub)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    repo = read_lock(project / "weights.lock").repos[0]
+    f = next(f for f in repo.files if f.size == BIG)
+    with Transfer(hub.endpoint, None, jobs=1) as transfer:
+        transfer.fetch(fetch_job(repo, f, tmp_path / "model.tmp"))
+        [worker] = transfer._workers._all
+        os.kill(worker.pid, signal.SIGSTOP)
+    assert worker.poll() == -signal.SIGKILL
+
+
 def test_a_download_worker_that_cannot_start_fails_the_download_saying_why(
     hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -385,6 +405,22 @@ def test_a_leftover_of_this_very_process_is_its_own_live_download(
     expire(mine)
     assert clean_stale_temps(paths, repo.revision) == 0
     assert mine.exists()
+
+
+def test_a_leftover_whose_name_wlock_never_writes_is_judged_by_its_lease(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A file ending like a temp blob but not named as wlock names them (no host, writer or
+    random part) names no writer to ask: a sync with nothing to do removes it once its lease
+    has run out, and keeps it before."""
+    project, cache, _, paths = synced_tiny_bert(hub, tmp_path)
+    odd, fresh = paths.blobs / "stray.wlock-incomplete", paths.blobs / ".a.b.wlock-incomplete"
+    odd.write_bytes(b"?")
+    fresh.write_bytes(b"?")
+    expire(odd)
+    done = sync(hub, project, cache)
+    assert done.code == 0, done.stderr
+    assert not odd.exists() and fresh.exists()
 
 
 def _a_dead_pid() -> int:
