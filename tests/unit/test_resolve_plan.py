@@ -164,3 +164,18 @@ def test_files_added_or_removed_at_the_same_commit_are_a_change(
                     old, hub).lock
     assert old.repos[0].revision == new.repos[0].revision
     assert [c.id for c in diff_locks(old, new)] == ["acme/a"]
+
+
+@pytest.mark.parametrize(("first", "then"), [(C1, C2), (C2, C1)], ids=["forward", "back"])
+def test_a_pin_that_moved_is_a_change_whichever_way_the_commits_sort(
+    tmp_path: Path, first: str, then: str
+) -> None:
+    """`wlock lock --upgrade` moved the branch's pin (the same files): listed, whether the
+    new commit's hex sorts after the old one's or before (a rollback, a force-push)."""
+    hub = FakeHub()
+    hub.heads = {"acme/a": first}
+    m = manifest(tmp_path, '[[model]]\nid = "acme/a"\n')
+    old = plan_lock(m, None, hub).lock
+    hub.heads = {"acme/a": then}
+    new = plan_lock(m, old, hub, upgrade=True).lock
+    assert [(c.id, c.old, c.new) for c in diff_locks(old, new)] == [("acme/a", first, then)]
