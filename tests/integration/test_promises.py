@@ -423,6 +423,26 @@ def test_a_leftover_whose_name_wlock_never_writes_is_judged_by_its_lease(
     assert not odd.exists() and fresh.exists()
 
 
+def test_a_repo_folder_that_is_a_link_is_not_cleaned_through(hub: Hub, tmp_path: Path) -> None:
+    """A sync that downloads also cleans what dead syncs left in the cache's other repos;
+    a `models--*` entry that is a link (out of the cache) is no repo of it: what lies
+    behind it, however stale it looks, is left alone. Two checks hold it (the entry is no
+    folder; a folder on the way is a link): this fails when both are broken."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "blobs").mkdir(parents=True)
+    bait = elsewhere / "blobs" / f".{'e' * 64}.other-node.4242.0a0b0c0d.wlock-incomplete"
+    bait.write_bytes(b"not the cache's")
+    expire(bait)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models--planted--link").symlink_to(elsewhere, target_is_directory=True)
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    done = sync(hub, project, cache)
+    assert done.code == 0, done.stderr
+    assert bait.exists()
+
+
 def _a_dead_pid() -> int:
     """A pid that belonged to a process that has exited."""
     import subprocess
