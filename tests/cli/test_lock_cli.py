@@ -40,6 +40,10 @@ def test_lock_writes_then_rewrites_nothing(hub: Hub, tmp_path: Path) -> None:
     assert second.stderr.startswith("Unchanged: weights.lock: 2 repos")
     assert (project / "weights.lock").stat().st_mtime_ns == stat.st_mtime_ns
     assert hub.process.stats()["requests"]["hub"] == 0
+    # --upgrade asks the Hub again; nothing moved there: no pin is listed as a change.
+    upgraded = run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project)
+    assert upgraded.code == 0 and upgraded.stdout == "", upgraded.stdout
+    assert upgraded.stderr.startswith("Unchanged: weights.lock: 2 repos"), upgraded.stderr
 
 
 def test_moved_branch_keeps_the_pin_until_upgraded(hub: Hub, tmp_path: Path) -> None:

@@ -119,20 +119,21 @@ def test_one_file_that_keeps_stalling_leaves_the_others_fetched(
         f.path for f in repo.files if f.path != "tokenizer.json")
 
 
-def test_a_mirror_that_moved_its_files_for_good_301_is_followed(
-    hub: Hub, tmp_path: Path, sharded: Path
+@pytest.mark.parametrize("status", [301, 308])
+def test_a_mirror_that_moved_its_files_for_good_is_followed(
+    hub: Hub, tmp_path: Path, sharded: Path, status: int
 ) -> None:
-    """A mirror (or proxy) in front of the Hub may answer a permanent redirect: 301, like
-    302, 307 and 308, is followed for the small files and the hf_transfer shards alike,
-    never taken for the file's bytes."""
-    hub.process.faults({"action": "status", "status": 301, "location": "?moved=1",
+    """A mirror (or proxy) in front of the Hub may answer a permanent redirect: 301 and
+    308, like the Hub's 302 and 307, are followed for the small files and the hf_transfer
+    shards alike, never taken for the file's bytes."""
+    hub.process.faults({"action": "status", "status": status, "location": "?moved=1",
                         "listener": "hub", "match": "/resolve/",
                         "query": "^$"})
     hub.process.reset_stats()
     result, _ = sync(hub, sharded, tmp_path / "cache")
     assert result.code == 0, result.stderr
     moved = {urlsplit(e["path"]).path.rsplit("/", 1)[1] for e in hub.process.stats()["log"]
-             if e["status"] == 301}
+             if e["status"] == status}
     files = {f.path for f in read_lock(sharded / "weights.lock").repos[0].files if f.size}
     assert moved == files
     assert run_wlock("check", "--cache-dir", str(tmp_path / "cache"), cwd=sharded).code == 0
