@@ -4,7 +4,7 @@ this repository and tests are run against it; a mutant the tests do not notice "
 Prints the score and every survivor's diff.
 
     pip install -e '.[dev,bench]'
-    python bench/mutation.py --keep DIR           # every mutant (~2,900: ~7 h on 2 cores)
+    python bench/mutation.py --keep DIR           # every mutant (2,939: ~9 h on 2 cores)
     python bench/mutation.py --sample 100         # a random sample
     python bench/mutation.py --keep DIR --report  # what has run so far
     python bench/mutation.py --keep DIR --again   # survivors first, with every test
@@ -22,8 +22,10 @@ executes survives without running anything. A mutant that hangs its tests past t
 timeout counts as killed (cosmic-ray's view: the tests noticed). Survivors that
 bench/mutation_harmless.toml explains are counted by reason; every other one is printed.
 
-Not part of CI. The clones are of the checkout's HEAD: commit first. `--jobs` clones run
-mutants side by side (each test run is serial, so two jobs keep two cores busy).
+Not part of CI. The clones are of the checkout's HEAD (or `--at REF`: a session whose
+modules have since changed on main goes on from a branch that holds them, with new tests
+picked onto it): commit first. `--jobs` clones run mutants side by side (each test run is
+serial, so two jobs keep two cores busy).
 """
 
 from __future__ import annotations
