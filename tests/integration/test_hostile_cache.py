@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import Hub, run_wlock, write_project
-from tests.integration.test_promises import _a_dead_pid, synced_tiny_bert
+from tests.integration.test_promises import _a_dead_pid
+from tests.integration.test_sync import synced_tiny_bert
 from wlock.atomic import HOST, MACHINE
 from wlock.cache.check import check_cache
 from wlock.cache.layout import link_target

@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Hub, default_signals, run_wlock, write_project
-from tests.integration.test_sync import BIG, check, lock, slow_sync_writing_a_shard, sync
+from tests.integration.test_sync import (
+    BIG,
+    check,
+    lock,
+    slow_sync_writing_a_shard,
+    sync,
+    synced_tiny_bert,
+)
 from wlock.atomic import HOST, MACHINE
 from wlock.cache.layout import LEASE, RepoPaths, clean_stale_temps
 from wlock.cache.transfer import FetchJob, Transfer
@@ -35,6 +42,16 @@ def big(hub: Hub) -> str:
         "model.safetensors": os.urandom(BIG), "config.json": b"{}\n", "empty.txt": b"",
     })
     return repo_id
+
+
+def locked_shard(hub: Hub, tmp_path: Path) -> tuple[LockedRepo, LockedFile]:
+    """A repo made by big() and locked in a project under `tmp_path`: the locked repo and
+    its BIG shard, for a Transfer to fetch."""
+    repo_id = big(hub)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    lock(hub, project)
+    repo = read_lock(project / "weights.lock").repos[0]
+    return repo, next(f for f in repo.files if f.size == BIG)
 
 
 def test_a_refused_download_never_touches_a_good_blob_another_writer_published(
@@ -107,11 +124,7 @@ def test_download_workers_leave_on_their_own_when_a_transfer_ends(
     """Closing a Transfer closes each worker's stdin: the worker sees the end of its work
     and exits 0. One left waiting would be killed only after 5 s, each in turn: the end of
     every sync that downloaded a large file held that long."""
-    repo_id = big(hub)
-    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
-    lock(hub, project)
-    repo = read_lock(project / "weights.lock").repos[0]
-    f = next(f for f in repo.files if f.size == BIG)
+    repo, f = locked_shard(hub, tmp_path)
     with Transfer(hub.endpoint, None, jobs=2) as transfer:
         transfer.fetch(fetch_job(repo, f, tmp_path / "model.tmp"))
         workers = list(transfer._workers._all)
@@ -129,11 +142,7 @@ def test_an_abort_during_a_large_files_first_request_ends_it_at_once(
 
     from wlock.cache.transfer import Aborted
 
-    repo_id = big(hub)
-    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
-    lock(hub, project)
-    repo = read_lock(project / "weights.lock").repos[0]
-    f = next(f for f in repo.files if f.size == BIG)
+    repo, f = locked_shard(hub, tmp_path)
     hub.process.faults({"action": "delay", "method": "HEAD", "delay_ms": 1500, "times": 1})
     raised: list[BaseException] = []
 
@@ -206,11 +215,7 @@ def test_a_download_worker_that_died_idle_is_replaced(hub: Hub, tmp_path: Path) 
     succeeds, and does not wait for a worker that will never be free again."""
     import threading
 
-    repo_id = big(hub)
-    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
-    lock(hub, project)
-    repo = read_lock(project / "weights.lock").repos[0]
-    f = next(f for f in repo.files if f.size == BIG)
+    repo, f = locked_shard(hub, tmp_path)
 
     with Transfer(hub.endpoint, None, jobs=1) as transfer:
         transfer.fetch(fetch_job(repo, f, tmp_path / "first.tmp"))
@@ -235,11 +240,7 @@ def test_a_download_worker_that_does_not_leave_when_the_transfer_ends_is_killed(
     leaves no process behind."""
     import signal
 
-    repo_id = big(hub)
-    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
-    lock(hub, project)
-    repo = read_lock(project / "weights.lock").repos[0]
-    f = next(f for f in repo.files if f.size == BIG)
+    repo, f = locked_shard(hub, tmp_path)
     with Transfer(hub.endpoint, None, jobs=1) as transfer:
         transfer.fetch(fetch_job(repo, f, tmp_path / "model.tmp"))
         [worker] = transfer._workers._all
@@ -257,11 +258,7 @@ def test_a_download_worker_that_cannot_start_fails_the_download_saying_why(
     import errno
     import subprocess
 
-    repo_id = big(hub)
-    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
-    lock(hub, project)
-    repo = read_lock(project / "weights.lock").repos[0]
-    f = next(f for f in repo.files if f.size == BIG)
+    repo, f = locked_shard(hub, tmp_path)
 
     starts: list[object] = []
     waits: list[float] = []
@@ -503,17 +500,6 @@ def test_concurrent_syncs_download_each_blob_once(hub: Hub, tmp_path: Path) -> N
         assert proc.returncode == 0, err
     assert downloads() == alone  # once, as if a single sync had run
     assert check(project, cache).code == 0
-
-
-def synced_tiny_bert(hub: Hub, tmp_path: Path) -> tuple[Path, Path, LockedRepo, RepoPaths]:
-    """acme/tiny-bert locked in a project and synced into a cache: (project, cache, the
-    locked repo, its paths in the cache)."""
-    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
-    lock(hub, project)
-    cache = tmp_path / "cache"
-    assert sync(hub, project, cache).code == 0
-    repo = read_lock(project / "weights.lock").repos[0]
-    return project, cache, repo, RepoPaths.of(cache, repo)
 
 
 def test_another_nodes_dead_download_is_cleaned_by_a_sync_with_nothing_to_do(

@@ -34,6 +34,7 @@ from wlock.cache.sync import SMALL_CONCURRENCY
 from wlock.cache.transfer import MAX_ATTEMPTS
 from wlock.hashing import hash_file
 from wlock.lock.lockfile import read_lock
+from wlock.models import LockedRepo
 
 BIG = 24 * 1024 * 1024  # above transfer.LARGE_FILE: goes through hf_transfer
 
@@ -50,6 +51,17 @@ def sync(hub: Hub, project: Path, cache: Path, *extra: str, env: dict[str, str] 
 
 def check(project: Path, cache: Path, *extra: str):  # type: ignore[no-untyped-def]
     return run_wlock("check", "--cache-dir", str(cache), *extra, cwd=project)
+
+
+def synced_tiny_bert(hub: Hub, tmp_path: Path) -> tuple[Path, Path, LockedRepo, RepoPaths]:
+    """acme/tiny-bert locked in a project and synced into a cache: (project, cache, the
+    locked repo, its paths in the cache)."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    lock(hub, project)
+    cache = tmp_path / "cache"
+    assert sync(hub, project, cache).code == 0
+    repo = read_lock(project / "weights.lock").repos[0]
+    return project, cache, repo, RepoPaths.of(cache, repo)
 
 
 @pytest.fixture
@@ -304,12 +316,8 @@ def test_a_resumed_sync_counts_what_was_already_downloaded(hub: Hub, tmp_path: P
     """What an interrupted sync leaves (blobs in, the snapshot not yet linked, one blob
     missing): the next sync fetches only the missing one and says the rest were already
     downloaded, not "0 files already present"."""
-    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
-    lock(hub, project)
-    cache = tmp_path / "cache"
-    assert sync(hub, project, cache).code == 0
-    repo = read_lock(project / "weights.lock").repos[0]
-    folder = cache / "models--acme--tiny-bert"
+    project, cache, repo, paths = synced_tiny_bert(hub, tmp_path)
+    folder = paths.root
     shutil.rmtree(folder / "snapshots")
     config = next(f for f in repo.files if f.path == "config.json")
     (folder / "blobs" / config.etag).unlink()
@@ -727,12 +735,8 @@ def test_check_reads_a_snapshot_of_plain_files_as_a_cache_without_symlinks_has(
     """huggingface_hub on a filesystem without symlinks (Windows without developer mode)
     copies each file into the snapshot and keeps no blob: check judges the file itself,
     passing right bytes and naming wrong ones."""
-    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
-    lock(hub, project)
-    cache = tmp_path / "cache"
-    assert sync(hub, project, cache).code == 0
-    repo = read_lock(project / "weights.lock").repos[0]
-    folder = cache / "models--acme--tiny-bert"
+    project, cache, repo, paths = synced_tiny_bert(hub, tmp_path)
+    folder = paths.root
     for f in repo.files:
         link = folder / "snapshots" / repo.revision / f.path
         link.unlink()
@@ -754,12 +758,9 @@ def test_sync_replaces_a_blob_longer_or_shorter_than_the_lock_says_without_verif
 ) -> None:
     """A blob of the wrong size, grown (bytes appended) or cut short, is told from its
     size by a plain sync, without --verify: planned as corrupt, fetched again, checked."""
-    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
-    lock(hub, project)
-    cache = tmp_path / "cache"
-    assert sync(hub, project, cache).code == 0
-    files = {f.path: f for f in read_lock(project / "weights.lock").repos[0].files}
-    blobs = cache / "models--acme--tiny-bert" / "blobs"
+    project, cache, repo, paths = synced_tiny_bert(hub, tmp_path)
+    files = {f.path: f for f in repo.files}
+    blobs = paths.blobs
     grown, cut = blobs / files["config.json"].etag, blobs / files["vocab.txt"].etag
     for blob in (grown, cut):
         os.chmod(blob, 0o644)
