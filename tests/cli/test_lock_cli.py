@@ -486,3 +486,37 @@ def test_a_fresh_lock_in_another_layout_is_rewritten_only_when_not_a_dry_run(
     done = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
     assert done.code == 0, done.stderr
     assert path.read_bytes() == canonical
+
+
+@pytest.mark.parametrize("variable", ["HF_HUB_CACHE", "HF_HOME", "--cache-dir"])
+def test_a_cache_path_through_a_file_is_exit_6_naming_it(tmp_path: Path, variable: str) -> None:
+    """A regression of the torture run: HF_HUB_CACHE or HF_HOME at a regular file made
+    check, sync, run and status die of NotADirectoryError, exit 1, which CI reads as corrupt
+    weights. Now exit 6 naming the setting and the file; commands that never touch the
+    cache (lint, lock --check) do not care."""
+    project = tmp_path / "p"
+    project.mkdir()
+    root = Path(__file__).resolve().parents[2]
+    (project / "weights.lock").write_bytes((root / "weights.lock.example").read_bytes())
+    (project / "weights.toml").write_bytes((root / "fixtures/example/weights.toml").read_bytes())
+    afile = tmp_path / "afile"
+    afile.write_text("a file\n")
+    flags: tuple[str, ...] = ()
+    env = {"HF_HUB_CACHE": "", "HF_HOME": ""}
+    if variable == "--cache-dir":
+        flags, cache = ("--cache-dir", str(afile / "hub")), afile / "hub"
+    else:
+        env[variable] = str(afile)
+        cache = afile if variable == "HF_HUB_CACHE" else afile / "hub"
+    problem = f"{afile} is a file" if cache == afile else f"{afile}, on its way, is a file"
+    for argv in (["check"], ["sync", "--dry-run", "--offline"], ["sync", "--offline"],
+                 ["status"], ["run", "--", "true"], ["check", "--json"]):
+        result = run_wlock(*argv[:1], *flags, *argv[1:], cwd=project, env=env)
+        assert result.code == 6, (argv, result.code, result.stderr)
+        assert "Traceback" not in result.stderr
+        if "--json" not in argv:
+            assert result.stderr.splitlines()[0] == (
+                f"error: the cache {cache} (from {variable}) cannot be used: {problem}, "
+                "not a folder"), result.stderr
+    assert run_wlock("lock", "--check", cwd=project, env=env).code == 0
+    assert run_wlock("lint", str(project), cwd=project, env=env).code == 0

@@ -262,7 +262,8 @@ def test_the_largest_size_a_file_can_have_is_read_and_one_byte_more_refused(
     ("path", "safe"),
     [("a/b.json", True), ("ü x/y", True), (".gitattributes", True), ("/etc/passwd", False),
      ("a/../b", False), ("..", False), ("a\\b", False), ("a\x00b", False), ("a//b", False),
-     ("", False), ("./a", False)],
+     ("", False), ("./a", False), ("a" * 255, True), ("a" * 256, False),
+     ("d/" + "é" * 127, True), ("d/" + "é" * 128 + "/x", False)],  # 254 and 256 bytes
 )
 def test_file_path_problem(path: str, safe: bool) -> None:
     assert (file_path_problem(path) is None) is safe
@@ -343,7 +344,8 @@ def test_the_fast_path_pattern_is_the_path_rule_of_names() -> None:
     rng = random.Random(7)
     alphabet = ["a", "b", "/", ".", "..", "\\", "\x00", "\n", '"', "é", " ", "\x7f", "\t"]
     cases = ["a", "a/b", ".a", "a.", "..a", "a/.b", "./a", "a/./b", "a/../b", "../a", "/a",
-             "a/", "a//b", ".", "..", "...", "a/...", "é/ü x.json"]
+             "a/", "a//b", ".", "..", "...", "a/...", "é/ü x.json", "a" * 255, "a" * 256,
+             "b/" + "é" * 127, "é" * 128, "x" * 254 + "é"]
     cases += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8)))
               for _ in range(3000)]
     for case in cases:
@@ -351,6 +353,40 @@ def test_the_fast_path_pattern_is_the_path_rule_of_names() -> None:
         taken = _RENDERED_FILE.fullmatch(line.encode()) is not None
         plain = json.dumps(case, ensure_ascii=False) == f'"{case}"' and "\x7f" not in case
         assert taken == (file_path_problem(case) is None and plain), repr(case)
+
+
+@pytest.mark.parametrize("bad", [b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xc3(", b"\x80"])
+def test_a_path_that_is_not_utf8_is_refused_at_its_line_by_both_readers(
+    tmp_path: Path, bad: bytes
+) -> None:
+    """A regression the torture run found: the fast reader took any byte into its columns
+    and the first to read the path died of UnicodeDecodeError, exit 1."""
+    path = tmp_path / "weights.lock"
+    write_lock(path, LOCK)
+    raw = path.read_bytes()
+    line = raw[:raw.index(b'path = "config.json"')].count(b"\n") + 1
+    path.write_bytes(raw.replace(b'path = "config.json"', b'path = "con' + bad + b'fig.json"'))
+    with pytest.raises(InvalidFileError) as e:
+        read_lock(path)
+    assert e.value.line == line and e.value.exit_code == 4
+    assert "not UTF-8" in e.value.problem
+
+
+def test_a_path_part_over_255_bytes_is_refused_at_its_line(tmp_path: Path) -> None:
+    """No filesystem takes such a name: refused when the lock is read, not at sync, where it
+    was blamed on history rewritten upstream."""
+    path = tmp_path / "weights.lock"
+    write_lock(path, LOCK)
+    raw = path.read_bytes()
+    line = raw[:raw.index(b'path = "config.json"')].count(b"\n") + 1
+    for name, refused in (("é" * 127 + "x", False), ("é" * 128, True), ("a" * 300, True)):
+        path.write_bytes(raw.replace(b'"config.json"', f'"{name}"'.encode()))
+        if not refused:
+            assert any(f.path == name for r in read_lock(path).repos for f in r.files)
+            continue
+        with pytest.raises(InvalidFileError) as e:
+            read_lock(path)
+        assert e.value.line == line and "no filesystem takes a name over 255" in str(e.value)
 
 
 # An even and an odd number of lines above it, in a lock as written and in one that a

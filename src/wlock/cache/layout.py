@@ -73,6 +73,24 @@ def default_cache_dir() -> Path:
     return Path(home).expanduser() / "hub"
 
 
+def cache_dir_problem(cache_dir: Path) -> str | None:
+    """Why `cache_dir` cannot be a cache folder (its nearest existing part is a file, not a
+    folder), or None. Links are followed: a cache on a linked volume is a folder. Anything
+    else (no permission, a missing folder) is left to the command, which says it better."""
+    for part in (cache_dir, *cache_dir.parents):
+        try:
+            mode = part.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError:
+            return None
+        if stat.S_ISDIR(mode):
+            return None
+        return f"{part} is {_what(mode)}" if part == cache_dir else (
+            f"{part}, on its way, is {_what(mode)}")
+    return None
+
+
 def repo_folder_name(kind: RepoKind, repo_id: str) -> str:
     return f"{kind}s--" + "--".join(repo_id.split("/"))
 

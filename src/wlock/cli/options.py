@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from wlock.cache.layout import default_cache_dir
-from wlock.errors import InvalidFileError
+from wlock.errors import InvalidFileError, LocalError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,10 +30,30 @@ class Settings:
     project_flag: Path | None
     endpoint: str
     token: str | None
-    cache_dir: Path
+    cache_root: Path
     json: bool
     lock_flag: Path | None = None
     offline: bool = False
+    cache_source: str = "--cache-dir"
+
+    @property
+    def cache_dir(self) -> Path:
+        """The HF cache folder. Checked here, on first use by a command that touches the
+        cache (lint, add and lock never do): a cache path through a file would otherwise fail
+        deep inside as NotADirectoryError, exit 1, the code of wrong bytes.
+
+        Raises LocalError (exit 6) naming the setting the path came from.
+        """
+        from wlock.cache.layout import cache_dir_problem
+
+        if problem := cache_dir_problem(self.cache_root):
+            raise LocalError(
+                f"the cache {self.cache_root} (from {self.cache_source}) cannot be used: "
+                f"{problem}, not a folder",
+                hint=f"Point {self.cache_source} at a folder (the Hugging Face cache is a "
+                "folder of models--*/ folders), or move the file out of the way.",
+            )
+        return self.cache_root
 
     def project(self) -> Path:
         """The project folder: --project, else the nearest folder upward with weights.toml."""
@@ -86,6 +106,16 @@ def default_project() -> Path | None:
     return find_project(Path.cwd())
 
 
+def cache_source(flag: Path | None) -> str:
+    """Where the cache path came from, in the user's words, for messages about it."""
+    if flag is not None:
+        return "--cache-dir"
+    for name in ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
+        if os.environ.get(name):
+            return name
+    return "the default cache (~/.cache/huggingface/hub)"
+
+
 def common_options(func: F) -> F:
     """--project, --endpoint, --token, --cache-dir, --json; collected into `settings`.
     Stack `lock_option` / `offline_option` above it for the commands that take them."""
@@ -98,7 +128,8 @@ def common_options(func: F) -> F:
             project_flag=project,
             endpoint=(endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"),
             token=token or os.environ.get("HF_TOKEN") or None,
-            cache_dir=cache_dir or default_cache_dir(),
+            cache_root=cache_dir or default_cache_dir(),
+            cache_source=cache_source(cache_dir),
             json=as_json,
             lock_flag=lock,
             offline=offline or offline_from_env(),

@@ -274,8 +274,9 @@ def _parse_lock(
 
 # A file entry exactly as render_lock writes it, its path needing no TOML escape, and safe
 # by the rule of names.file_path_problem, written into the pattern (parts neither empty nor
-# "." nor "..", no leading "/", no backslash or control character; tests hold the two equal).
-_PART = rb'(?!\.\.?[/"])[^"/\\\x00-\x1f\x7f]+'
+# "." nor "..", at most 255 bytes, no leading "/", no backslash or control character; tests
+# hold the two equal). UTF-8 is checked per path, below: the pattern takes any byte.
+_PART = rb'(?!\.\.?[/"])[^"/\\\x00-\x1f\x7f]{1,255}'
 _RENDERED_FILE = re.compile(
     rb'  \{ path = "(' + _PART + rb'(?:/' + _PART + rb')*)", size = (0|[1-9][0-9]{0,18}), '
     rb'(?:sha256 = "([0-9a-f]{64})"|git-sha1 = "([0-9a-f]{40})") \},\n')
@@ -303,6 +304,8 @@ def _read_rendered(path: Path) -> tuple[str, dict[str, FileTable]] | None:
                         file_path = m[1]
                         if file_path <= previous or int(m[2]) > MAX_FILE_SIZE:
                             return None
+                        if not file_path.isascii():
+                            file_path.decode()  # UnicodeDecodeError: the full reader says where
                         previous = file_path
                         if not file_path.startswith(parent) or \
                                 file_path.find(b"/", len(parent)) != -1:

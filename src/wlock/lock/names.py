@@ -17,6 +17,9 @@ import re
 _REPO_ID = re.compile(r"^(?:\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b$")
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")
 MAX_REF = 255
+# NAME_MAX: the longest name of one file or folder ext4, XFS, btrfs, ZFS, APFS and NTFS take,
+# in bytes (NTFS: UTF-16 units, never fewer than UTF-8's bytes for the same name).
+MAX_NAME_BYTES = 255
 
 
 def repo_id_problem(repo_id: str) -> str | None:
@@ -54,6 +57,11 @@ def file_path_problem(path: str) -> str | None:
         return "empty file path"
     if "\x00" in path or "\\" in path or path.startswith("/"):
         return f"unsafe file path {path!r} (absolute, backslash or NUL)"
-    if any(part in ("", ".", "..") for part in path.split("/")):
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
         return f"unsafe file path {path!r} (empty, '.' or '..' part)"
+    for part in parts:
+        if len(part) > MAX_NAME_BYTES // 4 and len(part.encode()) > MAX_NAME_BYTES:
+            return (f"file path {path[:60]!r}… has a part of {len(part.encode())} bytes; no "
+                    f"filesystem takes a name over {MAX_NAME_BYTES}")
     return None

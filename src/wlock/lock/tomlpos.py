@@ -33,7 +33,12 @@ def read_toml(
         raise InvalidFileError(display, f"cannot be read: {e.strerror or e}",
                                hint="Check its permissions, or name another file.") from None
     except UnicodeDecodeError as e:
-        raise InvalidFileError(display, f"not UTF-8 text ({e.reason})", hint=invalid) from None
+        # e.object is the file's bytes: the line is that of the first byte that is not UTF-8.
+        line = e.object[:e.start].count(b"\n") + 1
+        column = e.start - e.object.rfind(b"\n", 0, e.start)
+        raise InvalidFileError(
+            display, f"not UTF-8 text ({e.reason}: byte {e.object[e.start:e.start + 1]!r} "
+            f"at column {column})", line=line, hint=invalid) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
