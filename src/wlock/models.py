@@ -12,12 +12,14 @@ RepoKind = Literal["model", "dataset"]
 REPO_KINDS: tuple[RepoKind, ...] = ("model", "dataset")
 
 
-Selection = tuple[str, tuple[str, ...], tuple[str, ...]]
+Selection = tuple[str, tuple[str, ...], tuple[str, ...], str | None, str | None]
 
 
-def selection(ref: str, include: tuple[str, ...], exclude: tuple[str, ...]) -> Selection:
-    """A ref and its globs, with the globs' order and repeats ignored (as the digest does)."""
-    return (ref, tuple(sorted(set(include))), tuple(sorted(set(exclude))))
+def selection(ref: str, include: tuple[str, ...], exclude: tuple[str, ...],
+              loader: str | None = None, variant: str | None = None) -> Selection:
+    """A ref, its globs (order and repeats ignored, as the digest does), its loader and
+    variant: what decides the locked set."""
+    return (ref, tuple(sorted(set(include))), tuple(sorted(set(exclude))), loader, variant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,9 @@ class ManifestEntry:
     exclude: tuple[str, ...] = ()
     # Where the entry starts in weights.toml, for messages; not part of its identity.
     line: int | None = field(default=None, compare=False)
+    # The library whose loading rule picks the files (wlock.lock.loaders); None: every file.
+    loader: str | None = None
+    variant: str | None = None  # a diffusers/transformers variant (fp16) or a GGUF quant
 
     @property
     def key(self) -> tuple[RepoKind, str]:
@@ -39,7 +44,7 @@ class ManifestEntry:
     @property
     def selection(self) -> Selection:
         """What decides the locked set: a lock entry is kept only while this is unchanged."""
-        return selection(self.ref, self.include, self.exclude)
+        return selection(self.ref, self.include, self.exclude, self.loader, self.variant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +174,16 @@ class LockedRepo:
     files: Sequence[LockedFile]  # a tuple, or a FileTable for a lock read from disk
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    loader: str | None = None
+    variant: str | None = None
+    # Models this one cannot load without (an adapter's base, a remote-code repo), each
+    # locked as an entry of its own; an entry weights.toml does not list is there only
+    # because something requires it.
+    requires: tuple[str, ...] = ()
+    # What the loader left out: paths (a folder none of whose files was taken written once,
+    # `onnx/`) and their bytes, so `wlock tree` can say it offline.
+    skipped: tuple[str, ...] = ()
+    skipped_size: int = 0
 
     @property
     def key(self) -> tuple[RepoKind, str]:
@@ -176,7 +191,7 @@ class LockedRepo:
 
     @property
     def selection(self) -> Selection:
-        return selection(self.requested, self.include, self.exclude)
+        return selection(self.requested, self.include, self.exclude, self.loader, self.variant)
 
     @property
     def size(self) -> int:
@@ -219,6 +234,9 @@ class LockResult:
     written: bool
     renamed: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()  # how a merge conflict in weights.lock was resolved
+    # A line per entry resolved with a loader (what it locked of the repo, and what not) and
+    # per dependency locked (what requires it, at which commit).
+    selected: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

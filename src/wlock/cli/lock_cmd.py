@@ -73,6 +73,8 @@ def lock(
     elapsed = time.monotonic() - started
     for note in result.notes:
         info(f"merge: {note}")
+    for line in result.selected:
+        info(line)
     for old, new in result.renamed:
         warn(f"{old} was renamed to {new} on the Hub; consider updating weights.toml")
     if settings.json:
@@ -80,6 +82,7 @@ def lock(
             "lock": str(project / "weights.lock"),
             "written": result.written,
             "merge": list(result.notes),
+            "selected": list(result.selected),
             "changes": [
                 {"kind": c.kind, "id": c.id, "requested": c.requested, "old": c.old, "new": c.new}
                 for c in result.changes

@@ -9,6 +9,7 @@ import click
 from wlock.cli.completion_cmd import locked_ids
 from wlock.cli.options import Settings, common_options, offline_option
 from wlock.cli.output import emit, info
+from wlock.lock.loaders import LOADERS
 from wlock.models import RepoKind
 
 
@@ -39,13 +40,22 @@ def init(settings: Settings) -> None:
               help="Lock only files matching GLOB (repeatable).")
 @click.option("--exclude", multiple=True, metavar="GLOB",
               help="Leave out files matching GLOB (repeatable).")
+@click.option("--loader", type=click.Choice(LOADERS), metavar="NAME",
+              help="The library that loads it, whose rule picks the files to lock: "
+              f"{', '.join(LOADERS)} (default: from the Hub's library_name, else the files).")
+@click.option("--variant", metavar="NAME",
+              help="A weights variant (diffusers/transformers: fp16) or a GGUF quant (Q4_K_M).")
 @click.option("--no-lock", is_flag=True,
               help="Only edit weights.toml: do not ask the Hub or update weights.lock.")
+@click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30, show_default=True,
+              metavar="SECONDS",
+              help="Give up on a Hub request that answers nothing for this long (tried twice).")
 @offline_option
 @common_options
 def add(
     spec: str, dataset: bool, include: tuple[str, ...], exclude: tuple[str, ...],
-    no_lock: bool, settings: Settings,
+    loader: str | None, variant: str | None, no_lock: bool, timeout: float,
+    settings: Settings,
 ) -> None:
     """Add a model or dataset to weights.toml (or update its ref and globs), and lock it.
 
@@ -55,29 +65,60 @@ def add(
     that match nothing leave weights.toml as it was and say why. --no-lock (or --offline)
     only edits weights.toml.
 
+    A new model gets a `loader` (written into weights.toml, so the choice is reviewed): the
+    library that loads it, from the Hub's library_name or its files. Its rule locks the files
+    that library reads (one format of the weights, the shards its index names) and the models
+    it requires (an adapter's base); `--loader all` locks every file.
+
     \b
     Examples:
       wlock add sentence-transformers/all-MiniLM-L6-v2
-      wlock add Qwen/Qwen2.5-0.5B@main --include '*.json' --include '*.safetensors'
+      wlock add acme/llama-lora                 # locks the adapter and its base model
+      wlock add TheBloke/Llama-2-7B-GGUF --variant Q4_K_M
+      wlock add Qwen/Qwen2.5-0.5B@main --loader all --include '*.json' --include '*.safetensors'
       wlock add stanfordnlp/imdb@v1.0 --dataset --exclude '*.tar.gz'
     """
-    from wlock.lock.manifest import MANIFEST_NAME, add_entry, parse_requirement
+    from wlock.lock.manifest import MANIFEST_NAME, add_entry, parse_requirement, read_manifest
 
     repo_id, ref = parse_requirement(spec)
     kind: RepoKind = "dataset" if dataset else "model"
+    if dataset and (loader or variant):
+        raise click.UsageError("--loader and --variant are for models: a dataset locks every "
+                               "file (choose with --include/--exclude)")
     project = settings.project()
     path = project / MANIFEST_NAME
+    listed = any(e.key == (kind, repo_id) for e in read_manifest(path).entries)
+    chosen_by = "--loader" if loader else None
+    if variant and not loader and not listed and (no_lock or settings.offline):
+        raise click.UsageError("--variant needs --loader when the Hub is not asked")
+    if kind == "model" and loader is None and not listed and not (no_lock or settings.offline):
+        from wlock.lock.hub import HubClient
+        from wlock.lock.loaders import detect_loader
+
+        from wlock.errors import WlockError
+
+        try:
+            snap = HubClient(settings.endpoint, settings.token, timeout=timeout).snapshot(
+                kind, repo_id, ref or "main")
+        except WlockError as e:
+            e.hint = ((e.hint + "\n") if e.hint else "") + f"{MANIFEST_NAME} was left as it was."
+            raise
+        loader = detect_loader(snap.library_name, (f.path for f in snap.files))
+        chosen_by = (f"the Hub's library_name {snap.library_name!r}" if snap.library_name
+                     and loader != "all" else "its files")
     before = path.read_bytes()
-    new = add_entry(path, kind, repo_id, ref, include, exclude)
+    new = add_entry(path, kind, repo_id, ref, include, exclude, loader, variant)
     verb = "Added" if new else "Updated"
     revision = None
+    result = None
     if not (no_lock or settings.offline):
         from wlock.atomic import write_bytes_atomic
         from wlock.errors import WlockError
         from wlock.lock.resolve import lock_project
 
         try:
-            result = lock_project(project, endpoint=settings.endpoint, token=settings.token)
+            result = lock_project(project, endpoint=settings.endpoint, token=settings.token,
+                                  timeout=timeout)
         except WlockError as e:
             write_bytes_atomic(path, before)  # as it was: nothing half-added
             e.hint = ((e.hint + "\n") if e.hint else "") + (
@@ -88,11 +129,15 @@ def add(
         revision = entry.revision
     if settings.json:
         emit({"manifest": str(path), "kind": kind, "id": repo_id, "ref": ref, "added": new,
-              "revision": revision})
+              "revision": revision, "loader": loader, "variant": variant,
+              "selected": list(result.selected) if result else []})
+    how = f" (loader {loader}, from {chosen_by})" if loader and chosen_by else ""
     if revision is None:
-        info(f"{verb} {kind} {repo_id} in {path}. Run `wlock lock` to pin it.")
+        info(f"{verb} {kind} {repo_id} in {path}{how}. Run `wlock lock` to pin it.")
     else:
-        info(f"{verb} {kind} {repo_id} in {path} and locked it at {revision[:7]}.")
+        for line in result.selected if result else ():
+            info(line)
+        info(f"{verb} {kind} {repo_id} in {path}{how} and locked it at {revision[:7]}.")
 
 
 @click.command()

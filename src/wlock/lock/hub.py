@@ -46,6 +46,7 @@ class RemoteSnapshot:
     hub_id: str  # differs from requested_id when the Hub redirected a renamed repo
     revision: str
     files: tuple[LockedFile, ...]
+    library_name: str | None = None  # the Hub's guess of the library that loads it
 
 
 class HubClient:
@@ -103,10 +104,29 @@ class HubClient:
                 )),
             )
             files = files_from_tree(repo_id, entries)
+        library = getattr(info, "library_name", None)
         return RemoteSnapshot(
             kind=kind, hub_id=str(getattr(info, "id", repo_id)),
-            revision=sha, files=files,
+            revision=sha, files=files, library_name=library if isinstance(library, str) else None,
         )
+
+    def read_file(self, kind: RepoKind, repo_id: str, revision: str, path: str) -> bytes:
+        """The bytes of one small file at a commit (an index, modules.json): what a loader's
+        rule reads to choose. Through huggingface_hub's own download (its redirects, and the
+        token kept from other hosts) into a folder that is gone when this returns.
+
+        Raises a HubError subclass (exit 5) naming the repo.
+        """
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="wlock-read-") as folder:
+            local = self._with_retries(
+                kind, repo_id, revision,
+                lambda: self._api.hf_hub_download(
+                    repo_id, path, repo_type=kind, revision=revision, cache_dir=folder,
+                    etag_timeout=self.timeout))
+            with open(str(local), "rb") as f:
+                return f.read()
 
     def _other_kind(self, kind: RepoKind, repo_id: str, error: RepoNotFoundError
                     ) -> RepoNotFoundError:

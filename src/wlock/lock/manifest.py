@@ -18,7 +18,7 @@ from wlock.lock.tomlpos import TomlLocator, read_toml
 from wlock.models import REPO_KINDS, Manifest, ManifestEntry, RepoKind
 
 MANIFEST_NAME = "weights.toml"
-ENTRY_KEYS = ("id", "ref", "include", "exclude")
+ENTRY_KEYS = ("id", "ref", "include", "exclude", "loader", "variant")
 TOP_LEVEL_KEYS = (*REPO_KINDS, "tool")
 
 
@@ -51,8 +51,12 @@ def manifest_digest(entries: Iterable[ManifestEntry]) -> str:
     """Digest of the resolved entries, so comments and layout never make a lock stale."""
     import blake3
 
+    # loader and variant join an entry's digest only when set: every lock made before they
+    # existed keeps its digest, hence its bytes.
     canonical = sorted(
-        [e.kind, e.id, e.ref, sorted(set(e.include)), sorted(set(e.exclude))] for e in entries
+        [e.kind, e.id, e.ref, sorted(set(e.include)), sorted(set(e.exclude))]
+        + ([e.loader or "all", e.variant or ""] if e.loader or e.variant else [])
+        for e in entries
     )
     data = json.dumps(canonical, separators=(",", ":"), ensure_ascii=False).encode()
     return "blake3:" + blake3.blake3(data).hexdigest()
@@ -140,9 +144,26 @@ def _parse_entry(
         if not isinstance(value, list) or not all(isinstance(g, str) and g for g in value):
             raise fail(key, "must be a list of glob patterns, like [\"*.safetensors\"]")
         globs[key] = tuple(value)
+    from wlock.lock.loaders import LOADERS, VARIANT_LOADERS
+
+    loader, variant = item.get("loader"), item.get("variant")
+    if loader is not None and loader not in LOADERS:
+        raise fail("loader", f"unknown loader {loader!r}",
+                   hint=f"One of: {', '.join(LOADERS)} (`all`: every file of the repo).")
+    if loader is not None and kind == "dataset":
+        raise fail("loader", "a dataset has no loader: every file is locked (use include/"
+                   "exclude to choose)")
+    if variant is not None:
+        if not isinstance(variant, str) or not variant or not variant.replace("_", "").replace(
+                "-", "").isalnum():
+            raise fail("variant", f"{variant!r} is not a variant name (fp16, Q4_K_M)")
+        if loader not in VARIANT_LOADERS:
+            raise fail("variant", f"`variant` needs a loader that has variants "
+                       f"({', '.join(VARIANT_LOADERS)}), not {loader or 'none'}",
+                       hint="Set `loader`, or remove `variant`.")
     return ManifestEntry(
         kind=kind, id=repo_id, ref=ref, include=globs["include"], exclude=globs["exclude"],
-        line=header,
+        line=header, loader=loader, variant=variant,
     )
 
 
@@ -189,8 +210,11 @@ def add_entry(
     ref: str | None,
     include: tuple[str, ...],
     exclude: tuple[str, ...],
+    loader: str | None = None,
+    variant: str | None = None,
 ) -> bool:
-    """Add the entry or update the one with the same id. Returns True when it was new."""
+    """Add the entry or update the one with the same id (its ref, globs, loader and variant
+    where given). Returns True when it was new."""
     import tomlkit
 
     read_manifest(path)  # refuse to edit a file we could not read back
@@ -204,11 +228,18 @@ def add_entry(
                 for key, value in (("include", include), ("exclude", exclude)):
                     if value:
                         table[key] = list(value)
+                for key, text in (("loader", loader), ("variant", variant)):
+                    if text:
+                        table[key] = text
                 write_text_atomic(path, _dumps(doc))
                 return False
     table = tomlkit.table()
     table["id"] = repo_id
     table["ref"] = ref or "main"
+    if loader:
+        table["loader"] = loader
+    if variant:
+        table["variant"] = variant
     if include:
         table["include"] = list(include)
     if exclude:

@@ -14,10 +14,12 @@ from pathlib import Path
 
 from wlock.errors import InvalidFileError, OfflineError, UsageError, WlockError
 from wlock.lock.hub import DEFAULT_TIMEOUT, HubClient, RemoteSnapshot
+from wlock.lock.loaders import LoaderProblem, Requirement, collapse, detect_loader
 from wlock.lock.lockfile import (
     LOCK_NAME,
     conflict_sides,
     glob_pattern,
+    is_commit,
     is_fresh,
     path_selected,
     read_lock,
@@ -34,9 +36,51 @@ from wlock.models import (
     LockResult,
     Manifest,
     ManifestEntry,
+    RepoKind,
 )
+from wlock.units import human_size
 
 DEFAULT_JOBS = 16
+
+ReadFile = Callable[[RepoKind, str, str, str], bytes]
+
+
+def _no_reads(kind: RepoKind, repo_id: str, revision: str, path: str) -> bytes:
+    raise AssertionError(f"{repo_id}: {path} read without a reader")
+
+
+@dataclass(frozen=True, slots=True)
+class Picked:
+    """A repo as listed at its commit, and what its loader takes from it (before globs)."""
+
+    snapshot: RemoteSnapshot
+    files: tuple[LockedFile, ...]
+    requires: tuple[Requirement, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def pick(snap: RemoteSnapshot, loader: str | None, variant: str | None,
+         read_file: ReadFile) -> Picked:
+    """Apply `loader`'s rule to a listed repo. Raises LoaderProblem when it cannot choose."""
+    from wlock.lock.loaders import select
+
+    if loader is None or loader == "all":
+        return Picked(snap, snap.files)
+    choice = select(loader, snap.files,
+                    lambda path: read_file(snap.kind, snap.hub_id, snap.revision, path), variant)
+    return Picked(snap, tuple(f for f in snap.files if f.path in choice.paths),
+                  choice.requires, choice.notes)
+
+
+def selection_line(repo: LockedRepo, listed: tuple[LockedFile, ...]) -> str:
+    """`acme/bert: transformers, 9 of 23 files, 440 MB of 2.3 GB (not locked: onnx/, ...)`."""
+    total = sum(f.size for f in listed)
+    line = (f"{repo.id}: {repo.loader or 'all'}, {len(repo.files)} of {len(listed)} files, "
+            f"{human_size(repo.size)} of {human_size(total)}")
+    if repo.skipped:
+        shown = ", ".join(repo.skipped[:6]) + (", ..." if len(repo.skipped) > 6 else "")
+        line += f" (not locked: {shown})"
+    return line
 
 
 def select_files(
@@ -121,21 +165,35 @@ def plan_lock(
     upgrade: bool = False,
     upgrade_packages: Collection[str] = (),
     jobs: int = DEFAULT_JOBS,
+    read_file: ReadFile = _no_reads,
 ) -> LockResult:
     """The lock the manifest calls for, and how it differs from `previous`; writes nothing.
 
     `snapshot(entry, revision)` is called (concurrently) only for entries that need the Hub:
     at the entry's ref when a pin is made or moved, at the locked commit when only the
-    entry's globs changed. Raises InvalidFileError (exit 4) for a glob that matches nothing,
-    HubError (exit 5).
+    entry's globs changed. An entry with a `loader` keeps the files its library reads
+    (wlock.lock.loaders), reading small files with `read_file(kind, id, commit, path)`; the
+    models entries require are locked too (`_dependencies`). Raises InvalidFileError (exit 4)
+    for a glob that matches nothing or a loader that cannot choose, HubError (exit 5).
     """
     kept, to_resolve = resolutions(manifest, previous, upgrade=upgrade,
                                    upgrade_packages=upgrade_packages)
-    resolved: dict[tuple[str, str], RemoteSnapshot] = {}
+
+    def resolve_one(entry: ManifestEntry, revision: str) -> Picked:
+        snap = snapshot(entry, revision)
+        try:
+            return pick(snap, entry.loader, entry.variant, read_file)
+        except LoaderProblem as e:
+            raise InvalidFileError(
+                manifest.path, f"{entry.id} at {snap.revision[:7]}: {e.message}",
+                line=glob_line(Path(manifest.path), entry, "variant" if entry.variant else
+                               "loader"), key=f"{entry.kind}.loader", hint=e.hint) from None
+
+    resolved: dict[tuple[str, str], Picked] = {}
     if to_resolve:
         failures: list[WlockError] = []
         with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(to_resolve)))) as pool:
-            futures = [pool.submit(snapshot, r.entry, r.revision) for r in to_resolve]
+            futures = [pool.submit(resolve_one, r.entry, r.revision) for r in to_resolve]
             for item, future in zip(to_resolve, futures, strict=True):
                 try:
                     resolved[item.entry.key] = future.result()
@@ -148,34 +206,121 @@ def plan_lock(
 
     repos: list[LockedRepo] = []
     renamed: list[tuple[str, str]] = []
+    lines: list[str] = []
+    # (requirement, the id that requires it, its repo in the previous lock when kept)
+    pending: list[tuple[Requirement, str]] = []
     for entry in manifest.entries:
         if entry.key in kept:
-            repos.append(kept[entry.key])
+            repo = kept[entry.key]
+            repos.append(repo)
+            for name in repo.requires:
+                old = previous.find("model", name) if previous else None
+                pending.append((Requirement(name, old.requested if old else "main",
+                                            "kept from the lock",
+                                            old.include if old else ()), repo.id))
             continue
-        snap = resolved[entry.key]
+        picked = resolved[entry.key]
+        snap = picked.snapshot
         if snap.hub_id != entry.id:
             renamed.append((entry.id, snap.hub_id))
-        files, unmatched = select_files(snap.files, entry.include, entry.exclude)
+        files, unmatched = select_files(picked.files, entry.include, entry.exclude)
         if unmatched:
             pattern = unmatched[0]
             key = "include" if pattern in entry.include else "exclude"
             raise InvalidFileError(
                 manifest.path,
-                f"{pattern!r} matches no file of {entry.id} at {snap.revision[:7]}",
+                f"{pattern!r} matches no file of {entry.id} at {snap.revision[:7]}"
+                + (f" that its loader ({entry.loader}) takes" if entry.loader else ""),
                 line=glob_line(Path(manifest.path), entry, key),
                 key=f"{entry.kind}.{key}",
                 hint=f"List the repo's files with `hf download {entry.id} --dry-run`, "
                 "or fix the pattern.",
             )
-        repos.append(LockedRepo(
-            kind=entry.kind, id=entry.id, requested=entry.ref, revision=snap.revision,
-            files=files, include=entry.include, exclude=entry.exclude,
-        ))
+        repo = _locked(entry.kind, entry.id, entry.ref, snap, files, entry.include,
+                       entry.exclude, entry.loader, entry.variant, picked.requires)
+        repos.append(repo)
+        pending += [(r, entry.id) for r in picked.requires]
+        if entry.loader is not None:
+            lines.append(selection_line(repo, snap.files))
+            lines += [f"{entry.id}: {note}" for note in picked.notes]
 
+    notes, dependencies = _dependencies(
+        manifest, previous, pending, snapshot, read_file,
+        upgrade=upgrade, upgrade_packages=upgrade_packages)
+    repos += dependencies
     lock = Lock(manifest_digest=manifest.digest, repos=tuple(repos))
     return LockResult(
-        lock=lock, changes=diff_locks(previous, lock), written=False, renamed=tuple(renamed)
+        lock=lock, changes=diff_locks(previous, lock), written=False, renamed=tuple(renamed),
+        selected=(*lines, *notes),
     )
+
+
+def _locked(kind: RepoKind, repo_id: str, requested: str, snap: RemoteSnapshot,
+            files: tuple[LockedFile, ...], include: tuple[str, ...], exclude: tuple[str, ...],
+            loader: str | None, variant: str | None,
+            requires: tuple[Requirement, ...]) -> LockedRepo:
+    """The lock entry of a repo resolved now. What a loader left out is recorded with it (only
+    then: a lock of entries without a loader keeps its bytes)."""
+    kept = {f.path for f in files}
+    left = [f for f in snap.files if f.path not in kept]
+    return LockedRepo(
+        kind=kind, id=repo_id, requested=requested, revision=snap.revision, files=files,
+        include=include, exclude=exclude, loader=loader, variant=variant,
+        requires=tuple(sorted({r.id for r in requires})),
+        skipped=tuple(collapse((f.path for f in left), kept)) if loader is not None else (),
+        skipped_size=sum(f.size for f in left) if loader is not None else 0,
+    )
+
+
+def _dependencies(
+    manifest: Manifest, previous: Lock | None, pending: list[tuple[Requirement, str]],
+    snapshot: Callable[[ManifestEntry, str], RemoteSnapshot], read_file: ReadFile, *,
+    upgrade: bool, upgrade_packages: Collection[str],
+) -> tuple[list[str], list[LockedRepo]]:
+    """Lock every model the entries require (and what those require), each as an entry of
+    its own: kept from the previous lock while the requirement is unchanged, else resolved at
+    the ref the requiring repo names. An entry of weights.toml for the same repo wins.
+    Returns notes for the user and the dependencies' lock entries."""
+    listed = {e.key: e for e in manifest.entries}
+    found: dict[tuple[RepoKind, str], LockedRepo] = {}
+    notes: list[str] = []
+    while pending:
+        requirement, by = pending.pop(0)
+        key: tuple[RepoKind, str] = ("model", requirement.id)
+        if key in listed:
+            entry = listed[key]
+            if is_commit(requirement.ref) and entry.ref != requirement.ref:
+                notes.append(f"{requirement.id}: {by} names commit {requirement.ref[:7]}, "
+                             f"weights.toml's entry (ref {entry.ref!r}) is what is locked")
+            continue
+        if key in found:
+            continue
+        old = previous.find(*key) if previous else None
+        moving = upgrade or requirement.id in upgrade_packages or by in upgrade_packages
+        if old is not None and old.requested == requirement.ref and \
+                old.include == requirement.include and not moving:
+            found[key] = old
+            pending += [(Requirement(n, "main", "kept"), old.id) for n in old.requires
+                        if ("model", n) not in found]
+            continue
+        snap = snapshot(ManifestEntry("model", requirement.id, requirement.ref,
+                                      include=requirement.include), requirement.ref)
+        loader = None if requirement.include else detect_loader(
+            snap.library_name, (f.path for f in snap.files))
+        try:
+            picked = pick(snap, loader, None, read_file)
+        except LoaderProblem:
+            loader, picked = None, Picked(snap, snap.files)  # every file: it still loads
+        files, _ = select_files(picked.files, requirement.include, ())
+        repo = _locked("model", requirement.id, requirement.ref, snap, files,
+                       requirement.include, (), loader, None, picked.requires)
+        found[key] = repo
+        pending += [(r, requirement.id) for r in picked.requires]
+        how = ("at the commit it names" if is_commit(requirement.ref) else
+               f"at {requirement.ref!r} as of now (it names no commit)")
+        notes.append(f"{requirement.id}: required by {by} ({requirement.why}); locked {how}: "
+                     f"{snap.revision[:7]}, {len(repo.files)} files, {human_size(repo.size)}")
+    return notes, list(found.values())
 
 
 def diff_locks(old: Lock | None, new: Lock) -> tuple[LockChange, ...]:
@@ -257,13 +402,14 @@ def lock_project(
     result = plan_lock(
         manifest, previous, lambda e, revision: client.snapshot(e.kind, e.id, revision),
         upgrade=upgrade, upgrade_packages=upgrade_packages, jobs=jobs,
+        read_file=client.read_file,
     )
     written = False if dry_run else write_lock(lock_path, result.lock)
     # After a merge conflict, what moved is told against our side, the user's branch.
     changes = diff_locks(ours, result.lock) if sides is not None else result.changes
     return LockResult(
         lock=result.lock, changes=changes, written=written, renamed=result.renamed,
-        notes=notes,
+        notes=notes, selected=result.selected,
     )
 
 

@@ -1,0 +1,224 @@
+"""What a model needs: one rule per loading library, over a repo's listing and a few small files.
+
+A loader is a side-effect-free function of the files the Hub lists at the locked commit and of
+`read`, which returns the bytes of one small file there (an index, `modules.json`,
+`model_index.json`, `adapter_config.json`): the resolver fetches, the rule decides. Each rule
+cites the library code it mirrors, as pip's `packaging.tags` mirrors the interpreter's own. A
+reader asking "why was tf_model.h5 not locked?" lands in this package (`explain`).
+
+`all` is every file: today's behaviour, and the meaning of an entry without `loader`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from wlock.models import LockedFile
+
+Read = Callable[[str], bytes]
+
+LOADERS = ("transformers", "sentence-transformers", "diffusers", "peft", "gguf", "timm",
+           "open_clip", "all")
+# The loaders whose `variant` means something: a weights variant (`fp16`) or a GGUF quant.
+VARIANT_LOADERS = ("transformers", "diffusers", "gguf")
+
+# The Hub's `library_name` -> our loader. Names the Hub uses for the same library are folded.
+_BY_LIBRARY = {
+    "transformers": "transformers", "sentence-transformers": "sentence-transformers",
+    "diffusers": "diffusers", "peft": "peft", "gguf": "gguf", "llama.cpp": "gguf",
+    "timm": "timm", "open_clip": "open_clip", "open-clip": "open_clip",
+}
+
+
+class LoaderProblem(Exception):
+    """The rule cannot choose: the manifest must say more (a variant), or the repo is
+    inconsistent (an index naming a shard that is not there). The resolver turns it into an
+    error naming weights.toml's entry."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.message, self.hint = message, hint
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """Another repo an entry cannot load without: an adapter's base model, a remote-code repo."""
+
+    id: str
+    ref: str  # the commit or ref the requiring repo names ("main" when it names none)
+    why: str
+    include: tuple[str, ...] = ()  # only these files (remote code: the .py files)
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What a loader takes from a repo, and what it needs from others."""
+
+    paths: frozenset[str]
+    requires: tuple[Requirement, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+
+def detect_loader(library_name: str | None, paths: Iterable[str]) -> str:
+    """The loader for a repo: from the Hub's `library_name`, else from the files that only one
+    library writes (as the Hub itself infers library_name). `all` when nothing says."""
+    if library_name and library_name.lower() in _BY_LIBRARY:
+        return _BY_LIBRARY[library_name.lower()]
+    names = set(paths)
+    for marker, loader in (("adapter_config.json", "peft"), ("model_index.json", "diffusers"),
+                           ("modules.json", "sentence-transformers"),
+                           ("open_clip_config.json", "open_clip")):
+        if marker in names:
+            return loader
+    if any(p.endswith(".gguf") for p in names):
+        return "gguf"
+    if "config.json" in names and any(
+            p in names for p in ("model.safetensors", "pytorch_model.bin",
+                                 "model.safetensors.index.json",
+                                 "pytorch_model.bin.index.json")):
+        return "transformers"
+    return "all"
+
+
+def select(loader: str, files: Sequence[LockedFile], read: Read,
+           variant: str | None = None) -> Choice:
+    """The files `loader` reads from a repo listed as `files`, and the repos it requires.
+
+    Raises LoaderProblem when the rule cannot choose.
+    """
+    from wlock.lock.loaders import (
+        diffusers,
+        gguf,
+        open_clip,
+        peft,
+        sentence_transformers,
+        timm,
+        transformers,
+    )
+
+    paths = frozenset(f.path for f in files)
+    if loader == "all":
+        return Choice(paths)
+    rules: dict[str, Callable[[frozenset[str], Read, str | None], Choice]] = {
+        "transformers": transformers.select,
+        "sentence-transformers": sentence_transformers.select,
+        "diffusers": diffusers.select,
+        "peft": peft.select,
+        "gguf": gguf.select,
+        "timm": timm.select,
+        "open_clip": open_clip.select,
+    }
+    return rules[loader](paths, read, variant)
+
+
+# -- shared by the rules ----------------------------------------------------------------------
+
+# Files a library reads beside its weights: configs, tokenizers, processors, chat templates,
+# remote code, and the card and licence (small, and what an auditor reads offline). Weights
+# are never matched here: they are chosen by `weights()`.
+_SMALL_SUFFIXES = (".json", ".txt", ".model", ".py", ".jinja", ".tiktoken", ".vocab", ".spm",
+                   ".bpe", ".md", ".yaml", ".yml")
+_SMALL_NAMES = ("LICENSE", "LICENCE", "NOTICE", "USE_POLICY")
+
+
+def small_files(paths: Iterable[str], folder: str = "") -> set[str]:
+    """The config-like files directly in `folder` (`""` or `"name/"`), never an index of
+    weights (`*.index.json`: one is taken with the weights it names)."""
+    out = set()
+    for path in paths:
+        if not path.startswith(folder) or "/" in path[len(folder):]:
+            continue
+        name = path[len(folder):]
+        if name.endswith(".index.json"):
+            continue
+        if name.endswith(_SMALL_SUFFIXES) or name.upper().startswith(_SMALL_NAMES):
+            out.add(path)
+    return out
+
+
+def add_variant(name: str, variant: str | None) -> str:
+    """transformers' `_add_variant` (utils/hub.py): `model.safetensors` + fp16 ->
+    `model.fp16.safetensors`; `model.safetensors.index.json` -> `model.safetensors.index.fp16
+    .json`."""
+    if not variant:
+        return name
+    parts = name.split(".")
+    return ".".join([*parts[:-1], variant, parts[-1]])
+
+
+def weights(paths: frozenset[str], folder: str, names: Sequence[str], read: Read,
+            variant: str | None = None) -> list[str] | None:
+    """The weights a loader takes from `folder`, in the library's order of preference: for
+    each name (`model.safetensors`, then `pytorch_model.bin`), the single file, else its
+    `.index.json` and exactly the shards its `weight_map` names. None when there are none.
+
+    This is transformers' `_get_resolved_checkpoint_files` (modeling_utils.py): it asks for
+    SAFE_WEIGHTS_NAME, then SAFE_WEIGHTS_INDEX_NAME, then WEIGHTS_NAME, then
+    WEIGHTS_INDEX_NAME, each with `_add_variant`; diffusers' `_get_model_file` and timm's
+    `load_state_dict_from_hf` ask in the same order with their own names.
+    """
+    for name in names:
+        single = folder + add_variant(name, variant)
+        if single in paths:
+            return [single]
+        index = folder + add_variant(name + ".index.json", variant)
+        if index in paths:
+            try:
+                weight_map = json.loads(read(index))["weight_map"]
+                shards = sorted({folder + str(s) for s in weight_map.values()})
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise LoaderProblem(
+                    f"{index} is not a weights index (no `weight_map`: {e})",
+                    "Lock the repo with `loader = \"all\"`, or tell its authors.") from None
+            missing = [s for s in shards if s not in paths]
+            if missing:
+                raise LoaderProblem(
+                    f"{index} names {len(missing)} shard(s) the repo does not have "
+                    f"({', '.join(missing[:3])})",
+                    "The repo is incomplete at this commit: pin another ref, or lock it with "
+                    "`loader = \"all\"`.")
+            return [index, *shards]
+    return None
+
+
+def collapse(paths: Iterable[str], kept: Iterable[str]) -> list[str]:
+    """`paths` with every folder none of whose files is kept written once as `folder/`: the
+    short list of what was not locked, for `wlock lock` and `wlock tree`."""
+    kept_folders = {"/".join(p.split("/")[:depth]) for p in kept
+                    for depth in range(1, p.count("/") + 1)}
+    out: set[str] = set()
+    for path in paths:
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            folder = "/".join(parts[:depth])
+            if folder not in kept_folders:
+                out.add(folder + "/")
+                break
+        else:
+            out.add(path)
+    return sorted(out)
+
+
+_WEIGHT_KINDS = (
+    (re.compile(r"(^|/)(tf_model|.*\.h5$)"), "TensorFlow weights"),
+    (re.compile(r"\.msgpack$"), "Flax weights"),
+    (re.compile(r"\.ot$"), "rust-bert weights"),
+    (re.compile(r"(^|/)onnx/|\.onnx(_data)?$"), "an ONNX export"),
+    (re.compile(r"(^|/)openvino/"), "an OpenVINO export"),
+    (re.compile(r"(^|/)coreml/|\.mlpackage|\.mlmodel"), "a Core ML export"),
+    (re.compile(r"(^|/)original/"), "the original checkpoint (another copy of the weights)"),
+    (re.compile(r"\.gguf$"), "a GGUF file"),
+    (re.compile(r"\.(bin|pt|pth|ckpt|pkl)$"), "a pickle"),
+    (re.compile(r"\.safetensors$"), "safetensors weights"),
+)
+
+
+def describe(path: str) -> str | None:
+    """What kind of copy of the weights `path` is, in words, or None for other files."""
+    for pattern, words in _WEIGHT_KINDS:
+        if pattern.search(path):
+            return words
+    return None

@@ -1,0 +1,42 @@
+"""`PeftModel.from_pretrained(base, id)` / `AutoPeftModelFor...(id)`: the adapter and its base.
+
+Mirrors peft's `PeftConfig.from_pretrained` (adapter_config.json) and `load_peft_weights`
+(adapter_model.safetensors, else adapter_model.bin), plus the tokenizer files AutoPeftModel
+loads when the adapter carries them. The base model named by `base_model_name_or_path` is a
+requirement, at the adapter's `revision` when it names one: AutoPeftModel loads it with
+`revision=config.revision`, which is `main` when unset.
+"""
+
+from __future__ import annotations
+
+import json
+
+from wlock.lock.loaders import Choice, LoaderProblem, Read, Requirement, small_files, weights
+from wlock.lock.names import ref_problem, repo_id_problem
+
+NAMES = ("adapter_model.safetensors", "adapter_model.bin")
+
+
+def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
+    if "adapter_config.json" not in paths:
+        raise LoaderProblem("no adapter_config.json: the repo is not a peft adapter",
+                            "Use `loader = \"transformers\"` or `\"all\"` for this entry.")
+    try:
+        config = json.loads(read("adapter_config.json"))
+        base, revision = config.get("base_model_name_or_path"), config.get("revision")
+    except (ValueError, AttributeError) as e:
+        raise LoaderProblem(f"adapter_config.json cannot be read ({e})",
+                            "Lock the repo with `loader = \"all\"`.") from None
+    chosen = weights(paths, "", NAMES, read)
+    if chosen is None:
+        raise LoaderProblem("no adapter_model.safetensors or adapter_model.bin",
+                            "The repo is not a loadable adapter at this ref.")
+    kept = frozenset(small_files(paths, "")) | frozenset(chosen)
+    if not isinstance(base, str) or repo_id_problem(base) is not None:
+        return Choice(kept, notes=(f"adapter_config.json names the base {base!r}, which is not "
+                                   "a Hub repo id (a local path?): it is not locked",))
+    ref = revision if isinstance(revision, str) and revision and ref_problem(revision) is None \
+        else "main"
+    why = "base model of the adapter (adapter_config.json" + (
+        f", revision {ref})" if ref != "main" else ", no revision: main)")
+    return Choice(kept, requires=(Requirement(base, ref, why),))
