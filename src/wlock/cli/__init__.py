@@ -31,6 +31,7 @@ from wlock.cli.run_cmd import run
 from wlock.cli.serve_cmd import serve
 from wlock.cli.status_cmd import status
 from wlock.cli.sync_cmd import sync
+from wlock.cli.tree_cmd import tree
 from wlock.errors import ExitCode, WlockError, redact
 
 
@@ -75,7 +76,7 @@ def cli(quiet: int, verbose: int, debug: bool, no_progress: bool, color: str) ->
 
 
 for command in (init, add, remove, lock, sync, check, list_, revision, path, status, archive,
-                export, gc, record, checkpoints, lint, run, serve, completion):
+                export, gc, record, checkpoints, lint, run, serve, completion, tree):
     cli.add_command(command)
 
 

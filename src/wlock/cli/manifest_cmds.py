@@ -92,10 +92,9 @@ def add(
     if variant and not loader and not listed and (no_lock or settings.offline):
         raise click.UsageError("--variant needs --loader when the Hub is not asked")
     if kind == "model" and loader is None and not listed and not (no_lock or settings.offline):
+        from wlock.errors import WlockError
         from wlock.lock.hub import HubClient
         from wlock.lock.loaders import detect_loader
-
-        from wlock.errors import WlockError
 
         try:
             snap = HubClient(settings.endpoint, settings.token, timeout=timeout).snapshot(

@@ -30,7 +30,7 @@ def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
         raise LoaderProblem("no .gguf file in the repo", "Use another loader, or `\"all\"`.")
     quants = sorted({q for p in ggufs if (q := quant_of(p))})
     if variant:
-        wanted = re.compile(rf"(?:^|[-._/]){re.escape(variant)}(?=[-._/]|$)", re.IGNORECASE)
+        wanted = re.compile(rf"(?:^|[-./]){re.escape(variant)}(?=[-./]|$)", re.IGNORECASE)
         chosen = [p for p in ggufs if wanted.search(p)]
         if not chosen:
             raise LoaderProblem(f"no GGUF file of the quantization {variant!r}",

@@ -1,0 +1,259 @@
+"""Each loader's rule over repos laid out as the real ones on the Hub are (file names from their
+listings), asserted file by file; and what each rule reads to choose (small files only)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from wlock.lock.loaders import (
+    LoaderProblem,
+    Requirement,
+    collapse,
+    detect_loader,
+    select,
+)
+from wlock.models import LockedFile
+
+BASE_COMMIT = "a" * 40
+
+
+def listing(*paths: str) -> tuple[LockedFile, ...]:
+    return tuple(LockedFile(path=p, size=1, git_sha1="0" * 40) for p in paths)
+
+
+class Reader:
+    """The bytes of the small files a rule may read, and a record of what it read."""
+
+    def __init__(self, files: dict[str, object]) -> None:
+        self.files = {p: (v if isinstance(v, bytes) else json.dumps(v).encode())
+                      for p, v in files.items()}
+        self.read: list[str] = []
+
+    def __call__(self, path: str) -> bytes:
+        self.read.append(path)
+        return self.files[path]
+
+
+BERT = (  # google-bert/bert-base-uncased
+    ".gitattributes", "LICENSE", "README.md", "config.json",
+    "coreml/fill-mask/float32_model.mlpackage/Data/com.apple.CoreML/model.mlmodel",
+    "coreml/fill-mask/float32_model.mlpackage/Data/com.apple.CoreML/weights/weight.bin",
+    "coreml/fill-mask/float32_model.mlpackage/Manifest.json", "flax_model.msgpack",
+    "model.onnx", "model.safetensors", "pytorch_model.bin", "rust_model.ot", "tf_model.h5",
+    "tokenizer.json", "tokenizer_config.json", "vocab.txt",
+)
+
+
+def test_transformers_takes_safetensors_and_the_files_beside_it_never_other_formats() -> None:
+    read = Reader({"config.json": {"model_type": "bert"}, "tokenizer_config.json": {}})
+    choice = select("transformers", listing(*BERT), read)
+    assert sorted(choice.paths) == ["LICENSE", "README.md", "config.json", "model.safetensors",
+                                    "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
+    assert choice.requires == ()
+    assert set(read.read) <= {"config.json", "tokenizer_config.json"}
+
+
+def test_transformers_falls_back_to_the_pickle_when_there_is_no_safetensors() -> None:
+    paths = [p for p in BERT if p != "model.safetensors"]
+    choice = select("transformers", listing(*paths), Reader({"config.json": {},
+                                                             "tokenizer_config.json": {}}))
+    assert "pytorch_model.bin" in choice.paths
+    assert not choice.paths & {"tf_model.h5", "flax_model.msgpack", "rust_model.ot",
+                               "model.onnx"}
+
+
+LLAMA = (  # meta-llama/Meta-Llama-3-8B-Instruct
+    ".gitattributes", "LICENSE", "README.md", "USE_POLICY.md", "config.json",
+    "generation_config.json", *(f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)),
+    "model.safetensors.index.json", "original/consolidated.00.pth", "original/params.json",
+    "original/tokenizer.model", "special_tokens_map.json", "tokenizer.json",
+    "tokenizer_config.json",
+)
+
+
+def test_transformers_takes_exactly_the_shards_the_index_names() -> None:
+    # A stray fifth shard (an interrupted upload) is not named by the index: not locked.
+    paths = (*LLAMA, "model-00005-of-00004.safetensors")
+    weight_map = {f"layer.{i}": f"model-0000{i % 4 + 1}-of-00004.safetensors" for i in range(9)}
+    read = Reader({"model.safetensors.index.json": {"weight_map": weight_map},
+                   "config.json": {}, "tokenizer_config.json": {}})
+    choice = select("transformers", listing(*paths), read)
+    assert sorted(choice.paths) == sorted([
+        "LICENSE", "README.md", "USE_POLICY.md", "config.json", "generation_config.json",
+        *(f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)),
+        "model.safetensors.index.json", "special_tokens_map.json", "tokenizer.json",
+        "tokenizer_config.json"])
+    assert "model.safetensors.index.json" in read.read
+
+
+def test_an_index_naming_a_missing_shard_is_a_problem_not_a_partial_lock() -> None:
+    read = Reader({"model.safetensors.index.json": {"weight_map": {"a": "gone.safetensors"}}})
+    with pytest.raises(LoaderProblem, match="names 1 shard"):
+        select("transformers", listing("config.json", "model.safetensors.index.json"), read)
+
+
+def test_transformers_variant_and_remote_code_from_another_repo() -> None:
+    read = Reader({"config.json": {"auto_map": {
+        "AutoConfig": "acme/code--configuration_x.XConfig",
+        "AutoModel": "modeling_x.XModel"}},
+        "tokenizer_config.json": {"auto_map": {"AutoTokenizer": ["acme/tok--tok.T", None]}}})
+    paths = listing("config.json", "tokenizer_config.json", "model.safetensors",
+                    "model.fp16.safetensors", "modeling_x.py")
+    choice = select("transformers", paths, read, "fp16")
+    assert sorted(choice.paths) == ["config.json", "model.fp16.safetensors", "modeling_x.py",
+                                    "tokenizer_config.json"]
+    assert [r.id for r in choice.requires] == ["acme/code", "acme/tok"]
+    assert choice.requires[0].include == ("*.py",) and choice.requires[0].ref == "main"
+    with pytest.raises(LoaderProblem, match="no 'int8' variant"):
+        select("transformers", paths, read, "int8")
+
+
+MINILM = (  # sentence-transformers/all-MiniLM-L6-v2
+    ".gitattributes", "1_Pooling/config.json", "README.md", "config.json",
+    "config_sentence_transformers.json", "data_config.json", "model.safetensors",
+    "modules.json", "onnx/model.onnx", "onnx/model_O1.onnx", "onnx/model_qint8_avx512.onnx",
+    "openvino/openvino_model.bin", "openvino/openvino_model.xml", "pytorch_model.bin",
+    "rust_model.ot", "sentence_bert_config.json", "special_tokens_map.json", "tf_model.h5",
+    "tokenizer.json", "tokenizer_config.json", "train_script.py", "vocab.txt",
+)
+MODULES = [
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    {"idx": 2, "name": "2", "path": "2_Normalize",
+     "type": "sentence_transformers.models.Normalize"},
+]
+
+
+def test_sentence_transformers_takes_each_module_and_no_export() -> None:
+    read = Reader({"modules.json": MODULES, "config.json": {}, "tokenizer_config.json": {}})
+    choice = select("sentence-transformers", listing(*MINILM), read)
+    assert sorted(choice.paths) == sorted([
+        "1_Pooling/config.json", "README.md", "config.json", "config_sentence_transformers.json",
+        "data_config.json", "model.safetensors", "modules.json", "sentence_bert_config.json",
+        "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "train_script.py",
+        "vocab.txt"])
+
+
+def test_sentence_transformers_dense_module_weights_in_its_folder() -> None:
+    modules = [*MODULES[:2], {"idx": 2, "name": "2", "path": "2_Dense",
+                              "type": "sentence_transformers.models.Dense"}]
+    paths = (*MINILM, "2_Dense/config.json", "2_Dense/model.safetensors",
+             "2_Dense/pytorch_model.bin")
+    read = Reader({"modules.json": modules, "config.json": {}, "tokenizer_config.json": {}})
+    choice = select("sentence-transformers", listing(*paths), read)
+    assert {"2_Dense/config.json", "2_Dense/model.safetensors"} <= choice.paths
+    assert "2_Dense/pytorch_model.bin" not in choice.paths
+
+
+SD = (  # a Stable Diffusion 1.5 layout
+    "README.md", "model_index.json", "v1-5-pruned.ckpt", "v1-5-pruned-emaonly.safetensors",
+    "feature_extractor/preprocessor_config.json", "safety_checker/config.json",
+    "safety_checker/model.safetensors", "scheduler/scheduler_config.json",
+    "text_encoder/config.json", "text_encoder/model.safetensors",
+    "text_encoder/model.fp16.safetensors", "text_encoder/pytorch_model.bin",
+    "tokenizer/merges.txt", "tokenizer/special_tokens_map.json",
+    "tokenizer/tokenizer_config.json", "tokenizer/vocab.json", "unet/config.json",
+    "unet/diffusion_pytorch_model.safetensors", "unet/diffusion_pytorch_model.fp16.safetensors",
+    "unet/diffusion_pytorch_model.bin", "unet/diffusion_flax_model.msgpack",
+    "vae/config.json", "vae/diffusion_pytorch_model.safetensors",
+    "vae/diffusion_pytorch_model.bin",
+)
+SD_INDEX = {"_class_name": "StableDiffusionPipeline", "_diffusers_version": "0.6.0",
+            "feature_extractor": ["transformers", "CLIPImageProcessor"],
+            "safety_checker": [None, None], "scheduler": ["diffusers", "PNDMScheduler"],
+            "text_encoder": ["transformers", "CLIPTextModel"],
+            "tokenizer": ["transformers", "CLIPTokenizer"],
+            "unet": ["diffusers", "UNet2DConditionModel"], "vae": ["diffusers", "AutoencoderKL"]}
+
+
+@pytest.mark.parametrize("variant", [None, "fp16"])
+def test_diffusers_takes_the_components_in_one_format_and_the_variant(variant: str | None
+                                                                      ) -> None:
+    choice = select("diffusers", listing(*SD), Reader({"model_index.json": SD_INDEX}), variant)
+    dot = f".{variant}" if variant else ""
+    assert sorted(choice.paths) == sorted([
+        "README.md", "model_index.json", "feature_extractor/preprocessor_config.json",
+        "scheduler/scheduler_config.json", "text_encoder/config.json",
+        f"text_encoder/model{dot}.safetensors", "tokenizer/merges.txt",
+        "tokenizer/special_tokens_map.json", "tokenizer/tokenizer_config.json",
+        "tokenizer/vocab.json", "unet/config.json",
+        f"unet/diffusion_pytorch_model{dot}.safetensors", "vae/config.json",
+        "vae/diffusion_pytorch_model.safetensors"])  # vae has no fp16: its default weights
+    assert bool(choice.notes) == bool(variant)
+
+
+def test_peft_takes_the_adapter_and_requires_its_base_at_the_revision_it_names() -> None:
+    paths = listing("README.md", "adapter_config.json", "adapter_model.safetensors",
+                    "adapter_model.bin", "training_args.bin", "tokenizer.json",
+                    "tokenizer_config.json")
+    read = Reader({"adapter_config.json": {"base_model_name_or_path": "acme/base",
+                                           "revision": BASE_COMMIT, "peft_type": "LORA"}})
+    choice = select("peft", paths, read)
+    assert sorted(choice.paths) == ["README.md", "adapter_config.json",
+                                    "adapter_model.safetensors", "tokenizer.json",
+                                    "tokenizer_config.json"]
+    assert choice.requires == (Requirement(
+        "acme/base", BASE_COMMIT, f"base model of the adapter (adapter_config.json, revision "
+        f"{BASE_COMMIT})"),)
+    unpinned = select("peft", paths, Reader({"adapter_config.json": {
+        "base_model_name_or_path": "acme/base", "revision": None}}))
+    assert unpinned.requires[0].ref == "main"
+    local = select("peft", paths, Reader({"adapter_config.json": {
+        "base_model_name_or_path": "/home/me/llama"}}))
+    assert local.requires == () and "not a Hub repo id" in local.notes[0]
+
+
+GGUF = ("README.md", "config.json", "llama-2-7b.Q2_K.gguf", "llama-2-7b.Q4_K_M.gguf",
+        "llama-2-7b.Q4_K_S.gguf", "llama-2-7b.Q8_0.gguf",
+        "Q8_0/llama-2-70b.Q8_0-00001-of-00002.gguf", "Q8_0/llama-2-70b.Q8_0-00002-of-00002.gguf")
+
+
+def test_gguf_takes_one_quantization_with_all_its_parts() -> None:
+    choice = select("gguf", listing(*GGUF), Reader({}), "Q4_K_M")
+    assert sorted(choice.paths) == ["README.md", "config.json", "llama-2-7b.Q4_K_M.gguf"]
+    q8 = select("gguf", listing(*GGUF), Reader({}), "q8_0")
+    assert sorted(q8.paths) == ["Q8_0/llama-2-70b.Q8_0-00001-of-00002.gguf",
+                                "Q8_0/llama-2-70b.Q8_0-00002-of-00002.gguf", "README.md",
+                                "config.json", "llama-2-7b.Q8_0.gguf"]
+    with pytest.raises(LoaderProblem) as e:
+        select("gguf", listing(*GGUF), Reader({}))
+    assert "Q2_K, Q4_K_M, Q4_K_S, Q8_0" in e.value.hint
+    with pytest.raises(LoaderProblem, match="no GGUF file of the quantization 'Q4_K'"):
+        select("gguf", listing(*GGUF), Reader({}), "Q4_K")
+    split = listing("m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf")
+    assert len(select("gguf", split, Reader({})).paths) == 2  # one model: no variant needed
+
+
+def test_timm_and_open_clip_take_their_own_weight_names() -> None:
+    timm = listing("README.md", "config.json", "model.safetensors", "pytorch_model.bin")
+    assert sorted(select("timm", timm, Reader({})).paths) == [
+        "README.md", "config.json", "model.safetensors"]
+    clip = listing("open_clip_config.json", "open_clip_model.safetensors",
+                   "open_clip_pytorch_model.bin", "tokenizer.json", "README.md")
+    assert sorted(select("open_clip", clip, Reader({})).paths) == [
+        "README.md", "open_clip_config.json", "open_clip_model.safetensors", "tokenizer.json"]
+
+
+def test_all_is_every_file() -> None:
+    assert select("all", listing(*BERT), Reader({})).paths == frozenset(BERT)
+
+
+@pytest.mark.parametrize(("library", "paths", "loader"), [
+    ("transformers", (), "transformers"), ("sentence-transformers", (), "sentence-transformers"),
+    ("llama.cpp", (), "gguf"), ("keras", ("config.json",), "all"),
+    (None, ("adapter_config.json", "adapter_model.safetensors"), "peft"),
+    (None, ("model_index.json",), "diffusers"), (None, ("modules.json",), "sentence-transformers"),
+    (None, ("x.Q4_0.gguf",), "gguf"), (None, ("config.json", "model.safetensors"), "transformers"),
+    (None, ("weights.npz",), "all"),
+])
+def test_the_loader_comes_from_library_name_else_the_files(
+    library: str | None, paths: tuple[str, ...], loader: str
+) -> None:
+    assert detect_loader(library, paths) == loader
+
+
+def test_collapse_writes_a_folder_none_of_whose_files_is_kept_once() -> None:
+    left = ["onnx/a.onnx", "onnx/b.onnx", "tf_model.h5", "x/drop.bin", "x/y/z.bin"]
+    assert collapse(left, ["x/keep.json"]) == ["onnx/", "tf_model.h5", "x/drop.bin", "x/y/"]
