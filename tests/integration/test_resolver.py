@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
-
 import tomllib
+from pathlib import Path
 
 from tests.conftest import Hub, run_wlock, write_project
 from wlock.lock.lockfile import read_lock
