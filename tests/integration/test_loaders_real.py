@@ -1,0 +1,254 @@
+"""The judges of the resolver: repos written by each library's own `save_pretrained`, with the
+other formats beside them as the real repos have them, served by the emulator; `wlock add`
+locks what the loader picks, `wlock sync` fetches only that, and the library then loads the
+model offline, by id at the locked revision, with the same tensors as the full repo.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Hub, default_signals, run_wlock, write_project
+from wlock.lock.lockfile import read_lock
+
+torch = pytest.importorskip("torch")
+
+VOCAB = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nsat\non\nmat\nhello\nworld\n"
+
+
+def tiny_bert(folder: Path, *, shard: str | None = None, safetensors: bool = True) -> Path:
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=12, hidden_size=16, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=32,
+                        max_position_embeddings=32)
+    model = BertModel(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.txt").write_text(VOCAB)
+    BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(folder)
+    kwargs = {"max_shard_size": shard} if shard else {}
+    model.save_pretrained(folder, safe_serialization=safetensors, **kwargs)
+    if not safetensors and not (folder / "pytorch_model.bin").exists():
+        # transformers 5 writes safetensors only: the pickle as 4.x's save_pretrained wrote
+        # it (torch.save of the state dict), for the repos that still carry one.
+        (folder / "model.safetensors").unlink()
+        torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    return folder
+
+
+def publish(hub: Hub, stem: str, folder: Path, library: str,
+            extra: dict[str, bytes] | None = None) -> tuple[str, dict[str, bytes]]:
+    """Commit a folder (and the other formats a real repo carries) as a repo on the emulator."""
+    files = {str(p.relative_to(folder)): p.read_bytes()
+             for p in sorted(folder.rglob("*")) if p.is_file()}
+    files.update(extra or {})
+    repo_id = hub.unique_id(stem)
+    hub.builder.commit("model", repo_id, files)
+    hub.builder.configure("model", repo_id, extra={"library_name": library})
+    return repo_id, files
+
+
+OTHER_FORMATS = {  # what bert-base-uncased carries beside its safetensors
+    "tf_model.h5": b"\x89HDF\r\n" + b"\0" * 2000, "flax_model.msgpack": b"\x80" * 2000,
+    "rust_model.ot": b"PK" + b"\0" * 2000, "onnx/model.onnx": b"\x08\x07" * 1000,
+    "coreml/fill-mask/float32_model.mlpackage/Manifest.json": b"{}",
+}
+
+
+def offline(script: str, cache: Path, *args: str) -> dict[str, object]:
+    """Run `script` in a fresh interpreter with HF_HUB_OFFLINE=1 against `cache`: its last
+    line of stdout, as JSON."""
+    import os
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache),
+           "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("HF_ENDPOINT", None)
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], env=env,
+                          capture_output=True, text=True, timeout=300,
+                          preexec_fn=default_signals)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def add_and_sync(hub: Hub, tmp_path: Path, repo_id: str, *flags: str
+                 ) -> tuple[Path, Path, str]:
+    project = write_project(tmp_path, "")
+    added = run_wlock("add", repo_id, *flags, "--endpoint", hub.endpoint, cwd=project)
+    assert added.code == 0, added.stderr
+    cache = tmp_path / "cache"
+    hub.process.reset_stats()
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project)
+    assert synced.code == 0, synced.stderr
+    revision = read_lock(project / "weights.lock").find("model", repo_id)
+    assert revision is not None
+    return project, cache, revision.revision
+
+
+def served(hub: Hub) -> set[str]:
+    """The files the emulator served to the sync (by name)."""
+    return {e["path"].split("/resolve/", 1)[-1].split("/", 1)[-1].split("?")[0]
+            for e in hub.process.stats()["log"]
+            if "/resolve/" in e["path"] and e["method"] == "GET"} | {
+        e["path"].split("/", 4)[-1] for e in hub.process.stats()["log"]
+        if e["listener"] == "cdn" and e["method"] == "GET"}
+
+
+SAME_TENSORS = """
+    import json, sys, torch
+    from transformers import AutoModel, AutoTokenizer
+    repo, revision, full = sys.argv[1:4]
+    locked = AutoModel.from_pretrained(repo, revision=revision)
+    whole = AutoModel.from_pretrained(full)
+    tok = AutoTokenizer.from_pretrained(repo, revision=revision)
+    a, b = locked.state_dict(), whole.state_dict()
+    same = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    print(json.dumps({"same": same, "tensors": len(a), "ids": tok("the cat sat")["input_ids"]}))
+"""
+
+
+@pytest.mark.parametrize("layout", ["single", "sharded", "pickle"])
+def test_transformers_selection_loads_offline_with_the_full_repos_tensors(
+        hub: Hub, tmp_path: Path, layout: str) -> None:
+    folder = tiny_bert(tmp_path / "full", shard="20KB" if layout == "sharded" else None,
+                       safetensors=layout != "pickle")
+    extra = dict(OTHER_FORMATS)
+    if layout == "single":  # the pickle beside the safetensors, as bert-base-uncased has it
+        tiny_bert(tmp_path / "bin", safetensors=False)
+        extra["pytorch_model.bin"] = (tmp_path / "bin" / "pytorch_model.bin").read_bytes()
+    repo_id, files = publish(hub, f"bert-{layout}", folder, "transformers", extra)
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id)
+    locked = sorted(f.path for f in read_lock(project / "weights.lock").repos[0].files)
+    weights = {
+        "single": ["model.safetensors"],
+        "sharded": sorted(p for p in files if p.startswith("model-") or p.endswith(".index.json")),
+        "pickle": ["pytorch_model.bin"],
+    }[layout]
+    assert len(weights) > (2 if layout == "sharded" else 0)
+    # Every config and tokenizer file save_pretrained wrote (which ones depends on the
+    # transformers release), and the one format of the weights; nothing else.
+    beside = [p for p in files if p not in extra and not p.endswith(
+        (".safetensors", ".bin", ".index.json"))]
+    assert {"config.json", "tokenizer_config.json"} <= set(beside)
+    assert locked == sorted([*beside, *weights])
+    assert not served(hub) & set(OTHER_FORMATS)
+    result = offline(SAME_TENSORS, cache, repo_id, revision, str(folder))
+    assert result["same"] is True and result["tensors"] > 10
+    assert result["ids"] == [2, 5, 6, 7, 3]
+
+
+def test_sentence_transformers_selection_gives_the_same_embeddings(
+        hub: Hub, tmp_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer, models
+
+    bert = tiny_bert(tmp_path / "bert")
+    transformer = models.Transformer(str(bert), max_seq_length=16)
+    pooling = models.Pooling(transformer.get_word_embedding_dimension())
+    full = tmp_path / "full"
+    SentenceTransformer(modules=[transformer, pooling, models.Normalize()]).save(str(full))
+    extra = {"onnx/model.onnx": b"\x08" * 3000, "openvino/openvino_model.bin": b"\0" * 3000,
+             "openvino/openvino_model.xml": b"<net/>", "tf_model.h5": b"\x89HDF" * 500}
+    repo_id, files = publish(hub, "minilm", full, "sentence-transformers", extra)
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id)
+    locked = {f.path for f in read_lock(project / "weights.lock").repos[0].files}
+    assert locked == {p for p in files if p not in extra}
+    assert "modules.json" in locked and "1_Pooling/config.json" in locked
+    result = offline("""
+        import json, sys, torch
+        from sentence_transformers import SentenceTransformer
+        repo, revision, full = sys.argv[1:4]
+        a = SentenceTransformer(repo, revision=revision).encode(["the cat sat on the mat"])
+        b = SentenceTransformer(full).encode(["the cat sat on the mat"])
+        print(json.dumps({"same": bool((a == b).all()), "dim": int(a.shape[1])}))
+    """, cache, repo_id, revision, str(full))
+    assert result == {"same": True, "dim": 16}
+
+
+def test_diffusers_variant_selection_loads_the_pipeline_offline(
+        hub: Hub, tmp_path: Path) -> None:
+    from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
+
+    torch.manual_seed(0)
+    unet = UNet2DModel(sample_size=8, in_channels=3, out_channels=3, layers_per_block=1,
+                       block_out_channels=(8, 16), norm_num_groups=4,
+                       down_block_types=("DownBlock2D", "DownBlock2D"),
+                       up_block_types=("UpBlock2D", "UpBlock2D"))
+    pipeline = DDPMPipeline(unet=unet, scheduler=DDPMScheduler(num_train_timesteps=10))
+    full = tmp_path / "full"
+    pipeline.save_pretrained(full)
+    pipeline.to(torch.float16).save_pretrained(full, variant="fp16")
+    extra = {"unet/diffusion_pytorch_model.bin": b"\x80" * 3000,
+             "ddpm-pruned.ckpt": b"\x80" * 3000}
+    repo_id, _ = publish(hub, "ddpm", full, "diffusers", extra)
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id, "--variant", "fp16")
+    locked = sorted(f.path for f in read_lock(project / "weights.lock").repos[0].files)
+    assert locked == ["model_index.json", "scheduler/scheduler_config.json",
+                      "unet/config.json", "unet/diffusion_pytorch_model.fp16.safetensors"]
+    result = offline("""
+        import json, sys, torch
+        from diffusers import DDPMPipeline
+        repo, revision, full = sys.argv[1:4]
+        a = DDPMPipeline.from_pretrained(repo, revision=revision, variant="fp16",
+                                         torch_dtype=torch.float16).unet
+        b = DDPMPipeline.from_pretrained(full, variant="fp16", torch_dtype=torch.float16).unet
+        sa, sb = a.state_dict(), b.state_dict()
+        same = sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+        print(json.dumps({"same": same, "dtype": str(next(iter(sa.values())).dtype)}))
+    """, cache, repo_id, revision, str(full))
+    assert result == {"same": True, "dtype": "torch.float16"}
+
+
+def test_an_adapter_and_its_base_load_offline_under_wlock_run(
+        hub: Hub, tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    base_folder = tmp_path / "base"
+    base_model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50,
+                                            n_positions=16))
+    base_model.save_pretrained(base_folder)
+    base_id, _ = publish(hub, "gpt2-base", base_folder, "transformers",
+                         {"tf_model.h5": b"\x89HDF" * 500})
+    base_commit = hub.builder.commit("model", base_id, {"README.md": b"# base\n"})
+    hub.builder.commit("model", base_id, {"config.json": b"{}"})  # main moves on, broken
+    lora = get_peft_model(base_model, LoraConfig(r=4, target_modules=["c_attn"],
+                                                 init_lora_weights=False))
+    lora.peft_config["default"].base_model_name_or_path = base_id
+    lora.peft_config["default"].revision = base_commit
+    adapter_folder = tmp_path / "adapter"
+    lora.save_pretrained(adapter_folder, save_embedding_layers=False)  # no lookup online
+    lora.eval()  # as from_pretrained leaves it: no dropout
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        expected = lora(ids).logits.flatten().tolist()
+    adapter_id, _ = publish(hub, "gpt2-lora", adapter_folder, "peft",
+                            {"adapter_model.bin": b"\x80" * 1000})
+
+    project, cache, _ = add_and_sync(hub, tmp_path, adapter_id)
+    lock = read_lock(project / "weights.lock")
+    assert sorted(r.id for r in lock.repos) == sorted([adapter_id, base_id])
+    base = lock.find("model", base_id)
+    assert base is not None and base.revision == base_commit
+    assert lock.find("model", adapter_id).requires == (base_id,)  # type: ignore[union-attr]
+    script = tmp_path / "load.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, torch
+        from peft import AutoPeftModelForCausalLM
+        model = AutoPeftModelForCausalLM.from_pretrained({adapter_id!r})
+        with torch.no_grad():
+            print(json.dumps(model(torch.tensor([[1, 2, 3, 4]])).logits.flatten().tolist()))
+    """))
+    ran = run_wlock("run", "--cache-dir", str(cache), "--", sys.executable, str(script),
+                    cwd=project, env={"HF_HUB_OFFLINE": "1"})
+    assert ran.code == 0, ran.stderr[-3000:]
+    got = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert got == pytest.approx(expected, abs=1e-5)
