@@ -30,6 +30,7 @@ CODES: dict[str, str] = {
     "WL104": "repo is not in weights.lock",
     "WL105": "remote code without a pinned code_revision",
     "WL106": "pipeline() downloads the task's default model",
+    "WL107": "adapter whose base model is not locked",
     "WL200": "repo id or revision the linter cannot see",
 }
 SEVERITIES = ("error", "warning", "off")

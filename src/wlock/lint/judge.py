@@ -36,6 +36,8 @@ class Finding:
 def judge(site: LoadSite, lock: Lock | None, settings: LintSettings) -> Finding | None:
     """The finding for one site, or None when it is pinned as the lock says."""
     code, message, fix = _verdict(site, lock)
+    if code is None and lock is not None:
+        code, message, fix = _adapter_verdict(site, lock)
     if code is None:
         return None
     level = settings.level(code)
@@ -120,6 +122,26 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
     if rev.kind == "dynamic":
         return ("WL200", f"{what}: the {site.param} is not a literal, so wlock cannot check "
                 f'it; write {site.param}=wlock.revision("{repo_id}")', None)
+    return None, "", None
+
+
+def _adapter_verdict(site: LoadSite, lock: Lock) -> tuple[str | None, str, str | None]:
+    """A pinned peft adapter is reproducible only with its base model locked too: the lock
+    records the base as a requirement of an entry locked with `loader = "peft"`."""
+    if site.family != "peft" or site.repo_id is None:
+        return None, "", None
+    adapter = _find(lock, site)
+    if adapter is None:
+        return None, "", None
+    what = f'{site.call}() loads the adapter "{site.repo_id}"'
+    if adapter.loader != "peft":
+        return ("WL107", f"{what}, whose base model weights.lock does not pin (its entry has "
+                f"no `loader = \"peft\"`); run `wlock add {site.repo_id} --loader peft`, which "
+                "locks the base it names", None)
+    missing = [name for name in adapter.requires if lock.find("model", name) is None]
+    if missing:
+        return ("WL107", f"{what}, whose base model {missing[0]} is not in weights.lock; "
+                "run `wlock lock`", None)
     return None, "", None
 
 
