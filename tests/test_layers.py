@@ -17,6 +17,9 @@ SHARED = ("wlock.models", "wlock.errors", "wlock.atomic", "wlock.hashing", "wloc
 # module prefix -> what it must never import
 FORBIDDEN = {
     "wlock.lock.": ("wlock.cache", "wlock.cli", "wlock.lint"),  # what to get: no tier
+    # A loader is a rule over a listing and the small files the resolver reads for it: it
+    # never fetches by itself, nor knows the lock it goes into.
+    "wlock.lock.loaders": ("wlock.lock.hub", "wlock.lock.resolve", "wlock.lock.lockfile"),
     # The working tier never resolves: sync reads a lock, it does not make one.
     # The archive tier is a source sync asks through a protocol, never an import.
     "wlock.cache.": ("wlock.lock.resolve", "wlock.lock.hub", "wlock.lock.manifest",
