@@ -252,3 +252,48 @@ def test_an_adapter_and_its_base_load_offline_under_wlock_run(
     assert ran.code == 0, ran.stderr[-3000:]
     got = json.loads(ran.stdout.strip().splitlines()[-1])
     assert got == pytest.approx(expected, abs=1e-5)
+
+
+def test_gguf_selection_is_one_quantization_read_back_offline(hub: Hub, tmp_path: Path) -> None:
+    """GGUF files written by llama.cpp's own gguf package, one per quantization; the lock
+    takes the one `--variant` names, and its tensors read back offline as llama.cpp's
+    `Llama.from_pretrained` fetches it (hf_hub_download of that file)."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    full = tmp_path / "full"
+    full.mkdir()
+    rng = np.random.default_rng(0)
+    weights = rng.standard_normal((4, 64)).astype(np.float32)
+    for name, kind in (("F32", None), ("F16", "f16"), ("Q8_0", gguf.GGMLQuantizationType.Q8_0)):
+        writer = gguf.GGUFWriter(str(full / f"tiny.{name}.gguf"), "llama")
+        writer.add_block_count(1)
+        if kind is None:
+            writer.add_tensor("w", weights)
+        elif kind == "f16":
+            writer.add_tensor("w", weights.astype(np.float16))
+        else:
+            data = gguf.quants.quantize(weights, kind)
+            writer.add_tensor("w", data, raw_shape=data.shape, raw_dtype=kind)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+    (full / "README.md").write_text("# tiny\n")
+    repo_id, _ = publish(hub, "gguf", full, "gguf")
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id, "--variant", "Q8_0")
+    locked = sorted(f.path for f in read_lock(project / "weights.lock").repos[0].files)
+    assert locked == ["README.md", "tiny.Q8_0.gguf"]
+    result = offline("""
+        import json, sys
+        import numpy as np
+        from gguf import GGUFReader
+        from huggingface_hub import hf_hub_download
+        repo, revision, full = sys.argv[1:4]
+        path = hf_hub_download(repo, "tiny.Q8_0.gguf", revision=revision)
+        a = GGUFReader(path).tensors[0]
+        b = GGUFReader(full + "/tiny.Q8_0.gguf").tensors[0]
+        print(json.dumps({"same": bool(np.array_equal(a.data, b.data)),
+                          "type": a.tensor_type.name}))
+    """, cache, repo_id, revision, str(full))
+    assert result == {"same": True, "type": "Q8_0"}
