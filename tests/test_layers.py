@@ -13,7 +13,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SHARED = ("wlock.models", "wlock.errors", "wlock.atomic", "wlock.hashing", "wlock.units",
-          "wlock.hubstatus", "wlock.fastcopy")
+          "wlock.hubstatus", "wlock.fastcopy", "wlock.version")
 # module prefix -> what it must never import
 FORBIDDEN = {
     "wlock.lock.": ("wlock.cache", "wlock.cli", "wlock.lint"),  # what to get: no tier
@@ -58,6 +58,14 @@ def test_data_flows_one_way(module: str) -> None:
             bad = sorted(i for i in imports(module) for f in forbidden
                          if i == f or i.startswith(f + "."))
             assert not bad, f"{module} must not import {bad}"
+
+
+@pytest.mark.parametrize("module", [m for m in modules() if m.count(".") >= 2])
+def test_no_module_imports_the_package_root_from_below(module: str) -> None:
+    """`from wlock import x` in a layer runs the package's __init__ back up a floor (its
+    version lives in wlock.version for that reason); only the command line and the public
+    API sit at the top."""
+    assert "wlock" not in imports(module), f"{module} imports the package root"
 
 
 def test_every_module_imports_alone() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from wlock.version import __version__
 __all__ = ["NotLockedError", "NotSyncedError", "__version__", "locked", "revision",
            "snapshot_path"]
 

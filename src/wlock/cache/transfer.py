@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urljoin, urlsplit
 
-from wlock import __version__
+from wlock.version import __version__
 from wlock.errors import (
     HubError,
     HubUnreachableError,

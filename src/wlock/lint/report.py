@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from wlock import __version__
+from wlock.version import __version__
 from wlock.lint.checker import LintReport
 from wlock.lint.config import CODES
 
