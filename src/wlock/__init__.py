@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from wlock.version import __version__
+
 __all__ = ["NotLockedError", "NotSyncedError", "__version__", "locked", "revision",
            "snapshot_path"]
 

@@ -439,3 +439,23 @@ def test_an_adapter_is_clean_only_with_its_base_in_the_lock(tmp_path: Path) -> N
             assert result.code == 1, (name, result.stderr)
             assert [f["code"] for f in found] == ["WL107"], (name, found)
             assert problem in found[0]["message"], (name, found[0]["message"])
+
+
+def test_a_script_exported_from_a_notebook_is_checked_and_fixed(tmp_path: Path) -> None:
+    """Issue 28: a `!pip install` line made the whole file unparseable, so its loads went
+    unchecked. IPython lines are blanked (as nbqa and ruff do for notebooks), kept by --fix."""
+    shutil.copy(ROOT / "tests/lint_corpus/weights.lock", tmp_path / "weights.lock")
+    shutil.copy(ROOT / "tests/lint_corpus/weights.toml", tmp_path / "weights.toml")
+    script = ("# exported from Colab\n!pip install -q transformers\n%matplotlib inline\n"
+              "from transformers import AutoModel\n\n"
+              'model = AutoModel.from_pretrained("acme/bert")\n%%time\nx = (1\n     % 2)\n')
+    (tmp_path / "colab.py").write_text(script)
+    (tmp_path / "broken.py").write_text(
+        '!pip install x\nfrom transformers import AutoModel\nAutoModel.from_pretrained("acme/bert"\n')
+    result = run_wlock("lint", "--format", "json", cwd=tmp_path)
+    found = sorted((f["path"], f["line"], f["code"]) for f in json.loads(result.stdout)["findings"])
+    assert found == [("broken.py", 3, "WL001"), ("colab.py", 6, "WL101")], result.stdout
+    fixed = run_wlock("lint", "--fix", "colab.py", cwd=tmp_path)
+    assert fixed.code == 0, fixed.stderr
+    assert (tmp_path / "colab.py").read_text() == script.replace(
+        '"acme/bert")', '"acme/bert", revision="79a579b0a251dfd74d363b615e210828963a37d1")')

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urljoin, urlsplit
 
-from wlock.version import __version__
 from wlock.errors import (
     HubError,
     HubUnreachableError,
@@ -40,6 +39,7 @@ from wlock.errors import (
 from wlock.hashing import hash_file, new_digest
 from wlock.hubstatus import hub_error, is_transient, retry_delay
 from wlock.models import RepoKind
+from wlock.version import __version__
 
 if TYPE_CHECKING:
     import httpx2

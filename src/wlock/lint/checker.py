@@ -18,7 +18,7 @@ from wlock.lint.scanner import (
     exported_constants,
     scan_all,
 )
-from wlock.lint.sources import Source, iter_files, read_sources
+from wlock.lint.sources import Source, iter_files, mask_ipython_lines, read_sources
 from wlock.models import Lock
 
 # A file that names none of these cannot load from the Hub in a way we recognise: skip the parse.
@@ -126,6 +126,12 @@ def scan_file(path: Path, display: str, loaders: tuple[Loader, ...] = (),
     defined: list[Wrapper] = []
     for source in sources:
         sites, error, wrappers = scan_all(source, loaders, helpers, module, constants)
+        if error and path.suffix == ".py" and (masked := mask_ipython_lines(raw)):
+            # A script exported from a notebook (jupytext, Colab's "download .py") keeps its
+            # `!pip install` and `%magic` lines: blanked as in a notebook (nbqa, ruff), the
+            # rest is checked; a file that still does not parse is reported as before.
+            source = Source(display, masked)
+            sites, error, wrappers = scan_all(source, loaders, helpers, module, constants)
         defined.extend(wrappers)
         if error:
             errors.append(error)

@@ -12,7 +12,7 @@ from typing import Any
 
 from wlock.atomic import write_text_atomic
 from wlock.lint.judge import Finding
-from wlock.lint.sources import mask_magics, unmask_magics
+from wlock.lint.sources import mask_ipython_lines, mask_magics, unmask_magics
 
 FIXABLE = frozenset({"WL101", "WL102", "WL103", "WL105"})
 
@@ -30,7 +30,12 @@ def fix_findings(findings: Iterable[Finding], root: Path) -> tuple[int, int]:
             n = _fix_notebook(path, items)
         else:
             text = path.read_text(encoding="utf-8")
-            new, n = fix_source(text, items)
+            masked = mask_ipython_lines(text)  # a script exported from a notebook
+            if masked is not None:
+                new, n = fix_source(masked, items)
+                new = unmask_magics(new)
+            else:
+                new, n = fix_source(text, items)
             if n:
                 write_text_atomic(path, new)
         applied += n

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from wlock.version import __version__
 from wlock.lint.checker import LintReport
 from wlock.lint.config import CODES
+from wlock.version import __version__
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 

@@ -38,6 +38,31 @@ def mask_magics(text: str) -> str:
     )
 
 
+def mask_ipython_lines(text: str) -> str | None:
+    """`text` (a script exported from a notebook) with the IPython lines that keep it from
+    parsing made comments, one at a time where the parser stops, until it parses or stops
+    at a line that is not one (then the parser's error is the file's real one); None when
+    there were none. Only those lines: a line starting with `%` can be Python too (the
+    continuation of `"a %s"` … `% x` inside brackets)."""
+    import ast
+
+    lines = text.split("\n")
+    masked = False
+    for _ in range(len(lines) + 1):
+        try:
+            ast.parse("\n".join(lines))
+        except SyntaxError as e:
+            at = (e.lineno or 0) - 1
+            if not 0 <= at < len(lines) or MAGIC_MARK in lines[at] or \
+                    not _MAGIC.match(lines[at]):
+                break
+            lines[at] = _MAGIC.sub(lambda m: f"{m.group(1)}{MAGIC_MARK}{m.group(2)}", lines[at])
+            masked = True
+        else:
+            break
+    return "\n".join(lines) if masked else None
+
+
 def unmask_magics(text: str) -> str:
     return text.replace(MAGIC_MARK, "")
 
