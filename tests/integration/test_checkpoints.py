@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tests.conftest import default_signals, run_wlock
 from tests.seaweed import s3_server
+from wlock.units import human_size
 
 OLD = time.time() - 3600  # written an hour ago: settled
 
@@ -181,3 +182,61 @@ def test_archive_server_stopped_mid_way_deletes_nothing(tmp_path: Path) -> None:
         server.start()  # back: the next keep completes
         done = keep(run, "--archive", "s3://ckpt/runs", env=server.env())
         assert done["deleted"] == ["checkpoint-100", "checkpoint-300"]
+
+
+def disk_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def test_reported_bytes_are_the_bytes_that_left_the_disk(tmp_path: Path) -> None:
+    """Issue 28: `--settle 0` deleted three checkpoints of 0.5 MB and reported `0 B` (each
+    size was read after its deletion). The dry run and the real run report the same figures,
+    and they equal what left the disk."""
+    run = trainer_run(tmp_path / "run", {100: 0.9, 200: 0.4, 300: 0.5, 400: 0.6}, best=200,
+                      size=170_000)
+    for p in run.rglob("*"):  # written now: only --settle 0 lets them go
+        os.utime(p)
+    two = ["checkpoint-100", "checkpoint-300"]
+    each = {c: disk_bytes(run / c) for c in two}
+    planned = keep(run, "--settle", "0", "--no-archive", "--dry-run")
+    before = disk_bytes(run)
+    done = run_wlock("checkpoints", "keep", str(run), "--settle", "0", "--no-archive")
+    assert done.code == 0, done.stderr
+    gone = before - disk_bytes(run)
+    assert gone == sum(each.values()) > 1_000_000
+    assert planned["bytes_freed"] == gone and planned["delete"] == two
+    assert [line for line in done.stdout.splitlines() if "deleted" in line] == [
+        f"  deleted {c} ({human_size(each[c])})" for c in two]
+    assert f"Freed {human_size(gone)} (2 checkpoints)." in done.stderr, done.stderr
+    # The same through --json, on a run like it.
+    again = trainer_run(tmp_path / "again", {100: 0.9, 200: 0.4, 300: 0.5, 400: 0.6},
+                        best=200, size=170_000)
+    before = disk_bytes(again)
+    data = keep(again, "--settle", "0", "--no-archive")
+    assert data["bytes_freed"] == before - disk_bytes(again) > 1_000_000
+    assert sum(data["deleted_bytes"].values()) == data["bytes_freed"]
+
+
+def test_a_fresh_run_names_best_and_final_and_says_why_nothing_was_deleted(
+        tmp_path: Path) -> None:
+    """Issue 28: on a run that had just finished, keep said `best: -` and blamed the metric
+    ("no checkpoint has 'eval_loss'"), although every trainer_state.json records it."""
+    run = trainer_run(tmp_path / "run", {100: 0.9, 200: 0.4, 300: 0.5, 400: 0.6}, best=200)
+    for p in run.rglob("*"):
+        os.utime(p)  # written just now
+    before = digests(run)
+    done = run_wlock("checkpoints", "keep", str(run), "--archive", str(tmp_path / "nas"))
+    assert done.code == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("best:  checkpoint-200  (trainer_state.json's "
+                               "best_model_checkpoint (best_metric 0.4))"), lines
+    assert lines[1] == "final: checkpoint-400"
+    assert "no evaluation" not in done.stdout + done.stderr
+    assert "nothing is archived or deleted yet: the best checkpoint-200, final checkpoint-400 " \
+        "changed within --settle 10 min" in done.stderr, done.stderr
+    assert "Freed 0 B (0 checkpoints)." in done.stderr
+    assert digests(run) == before and not (tmp_path / "nas").exists()
+    data = keep(run, "--archive", str(tmp_path / "nas"))
+    assert (data["best"], data["final"], data["deleted"]) == (
+        "checkpoint-200", "checkpoint-400", [])
+    assert "--settle 10 min" in data["waiting"]

@@ -46,6 +46,9 @@ class Checkpoint:
     step: int
     metrics: dict[str, float] = field(default_factory=dict)
     changed: float = 0.0  # newest mtime of anything in it
+    # Its bytes on disk, measured when the run was read: what a report of the plan says
+    # (measured again just before a deletion, for what the deletion freed).
+    size: int = 0
 
     def files(self) -> list[tuple[str, Path]]:
         if self.path.is_file():
@@ -53,9 +56,13 @@ class Checkpoint:
         return sorted((str(p.relative_to(self.path)), p) for p in self.path.rglob("*")
                       if p.is_file() and not p.is_symlink())
 
-    @property
-    def size(self) -> int:
-        return sum(p.stat().st_size for _, p in self.files())
+    def measure(self) -> int:
+        """Its bytes on disk now (0 once gone)."""
+        total = 0
+        for _, path in self.files():
+            with contextlib.suppress(FileNotFoundError):
+                total += path.stat().st_size
+        return total
 
 
 @dataclass
@@ -68,8 +75,12 @@ class RetentionPlan:
     mode: str | None
     why_best: str
     delete: list[Checkpoint] = field(default_factory=list)
-    in_progress: list[Checkpoint] = field(default_factory=list)
+    in_progress: list[Checkpoint] = field(default_factory=list)  # changed within `settle`
     alive: list[int] = field(default_factory=list)  # pids with files open in the run
+    settle: float = SETTLE_SECONDS
+    # Kept checkpoints (best, final) still too fresh to archive: nothing is deleted until
+    # they settle, so a half-written final never stands alone.
+    waiting: list[Checkpoint] = field(default_factory=list)
 
     @property
     def keep(self) -> list[Checkpoint]:
@@ -77,7 +88,8 @@ class RetentionPlan:
         return [c for n, c in enumerate(kept) if c not in kept[:n]]
 
     @property
-    def bytes_freed(self) -> int:
+    def bytes_to_free(self) -> int:
+        """What deleting the plan's checkpoints frees, as measured when the run was read."""
         return sum(c.size for c in self.delete)
 
 
@@ -130,6 +142,7 @@ def discover(run: Path) -> list[Checkpoint]:
     checkpoints = [c for c in found.values() if c.path.exists()]
     for c in checkpoints:
         c.changed = _newest_change(c.path)
+        c.size = c.measure()
     _trainer_metrics(run, checkpoints)
     return sorted(checkpoints, key=lambda c: (c.step, c.name))
 
@@ -187,14 +200,18 @@ def plan_retention(run: Path, *, metric: str | None = None, mode: str | None = N
     checkpoints = discover(run)
     settled = [c for c in checkpoints if now - c.changed >= settle]
     in_progress = [c for c in checkpoints if c not in settled]
-    final = settled[-1] if settled else None
+    # Best is named from the evaluation data of every checkpoint, fresh ones too: what is
+    # known does not wait. Final is the last settled one (a newer one may still be being
+    # written), else the last one. A kept checkpoint that has not settled holds back every
+    # deletion (plan.waiting), and the report says so, naming --settle.
+    final = settled[-1] if settled else (checkpoints[-1] if checkpoints else None)
     best, why = None, ""
     if metric is None:
         trainer = [c for c in checkpoints if _TRAINER.fullmatch(c.name)]
         state = _trainer_state(max(trainer, key=lambda c: c.step)) if trainer else {}
         chosen = state.get("best_model_checkpoint")
         if isinstance(chosen, str):
-            named = next((c for c in settled if c.name == Path(chosen).name), None)
+            named = next((c for c in checkpoints if c.name == Path(chosen).name), None)
             if named is not None:
                 best = named
                 why = (f"trainer_state.json's best_model_checkpoint (best_metric "
@@ -203,12 +220,12 @@ def plan_retention(run: Path, *, metric: str | None = None, mode: str | None = N
                 metric = next((k for k, v in named.metrics.items()
                                if v == state.get("best_metric")), None)
         if best is None:
-            candidates = {k for c in settled for k in c.metrics}
+            candidates = {k for c in checkpoints for k in c.metrics}
             metric = "eval_loss" if "eval_loss" in candidates else (
                 sorted(candidates)[0] if len(candidates) == 1 else None)
     if best is None and metric is not None:
         mode = mode or ("min" if "loss" in metric or "error" in metric else "max")
-        scored = [c for c in settled if metric in c.metrics]
+        scored = [c for c in checkpoints if metric in c.metrics]
         if scored:
             pick = min if mode == "min" else max
             best = pick(scored, key=lambda c: (c.metrics[metric], -c.step if mode == "min"
@@ -218,8 +235,10 @@ def plan_retention(run: Path, *, metric: str | None = None, mode: str | None = N
         why = ("no evaluation recorded for any checkpoint: only the final one is kept"
                + (f" (no checkpoint has {metric!r})" if metric else ""))
     plan = RetentionPlan(run=run, checkpoints=checkpoints, best=best, final=final,
-                         metric=metric, mode=mode, why_best=why, in_progress=in_progress)
-    plan.delete = [c for c in settled if c not in plan.keep]
+                         metric=metric, mode=mode, why_best=why, in_progress=in_progress,
+                         settle=settle)
+    plan.waiting = [c for c in plan.keep if c in in_progress]
+    plan.delete = [] if plan.waiting else [c for c in settled if c not in plan.keep]
     return plan
 
 
@@ -264,9 +283,12 @@ def verify_archived(archive: Archive, manifests: list[dict[str, Any]]) -> None:
                                hint="Nothing was deleted. Run `wlock checkpoints keep` again.")
 
 
-def delete_checkpoints(plan: RetentionPlan) -> list[str]:
+def delete_checkpoints(plan: RetentionPlan) -> list[tuple[str, int]]:
+    """Delete the plan's checkpoints; each one's name and the bytes it held, measured just
+    before it was deleted (what left the disk, not what the plan guessed)."""
     deleted = []
     for c in plan.delete:
+        size = c.measure()
         try:
             if c.path.is_dir():
                 shutil.rmtree(c.path)
@@ -275,7 +297,7 @@ def delete_checkpoints(plan: RetentionPlan) -> list[str]:
         except OSError as e:
             raise LocalError(f"cannot delete {c.path}: {e.strerror or e}",
                              hint="Check the run folder's permissions.") from e
-        deleted.append(c.name)
+        deleted.append((c.name, size))
     return deleted
 
 

@@ -77,9 +77,9 @@ def keep(run: Path, metric: str | None, mode: str | None, settle: float, name: s
         raise UsageError(f"the run in {run} is alive: process {', '.join(map(str, plan.alive))} "
                          "has files open there; nothing was deleted",
                          hint="Run this once training has ended (--dry-run shows the plan).")
-    deleted: list[str] = []
+    deleted: list[tuple[str, int]] = []
     manifests = []
-    if not dry_run:
+    if not dry_run and not plan.waiting:
         if url is not None and plan.keep:
             from wlock.archive.store import open_archive
 
@@ -93,32 +93,66 @@ def keep(run: Path, metric: str | None, mode: str | None, settle: float, name: s
             # Only once both copies are verified in the archive is anything deleted.
             verify_archived(store, manifests)
         deleted = delete_checkpoints(plan)
+    # Figures: the plan's for a dry run; what left the disk, measured before each deletion,
+    # for a real one. The two agree when nothing changed in between.
+    freed = plan.bytes_to_free if dry_run else sum(size for _, size in deleted)
+    waiting = _waiting(plan, settle) if plan.waiting else None
     if settings.json:
         emit({
             "run": str(run), "dry_run": dry_run, "archive": url, "metric": plan.metric,
             "mode": plan.mode, "why_best": plan.why_best,
             "best": plan.best.name if plan.best else None,
             "final": plan.final.name if plan.final else None,
-            "delete": [c.name for c in plan.delete], "deleted": deleted,
+            "delete": [c.name for c in plan.delete],
+            "deleted": [n for n, _ in deleted],
+            "deleted_bytes": {n: b for n, b in deleted},
             "in_progress": [c.name for c in plan.in_progress], "alive": plan.alive,
-            "bytes_freed": plan.bytes_freed if (dry_run or deleted) else 0,
-            "archived": [m["checkpoint"] for m in manifests],
+            "settle_minutes": settle, "waiting": waiting,
+            "bytes_freed": freed, "archived": [m["checkpoint"] for m in manifests],
         })
         return
     click.echo(f"best:  {plan.best.name if plan.best else '-'}  ({plan.why_best})")
     click.echo(f"final: {plan.final.name if plan.final else '-'}")
     for c in plan.in_progress:
-        click.echo(f"  left alone (changed in the last {settle:g} min): {c.name}")
-    verb = "would delete" if dry_run else "deleted"
-    for c in plan.delete:
-        click.echo(f"  {verb} {c.name} ({human_size(c.size)})")
+        click.echo(f"  left alone: {c.name} changed {_ago(plan, c)} ago, within --settle "
+                   f"{settle:g} min")
+    if dry_run:
+        for c in plan.delete:
+            click.echo(f"  would delete {c.name} ({human_size(c.size)})")
+    for checkpoint, size in deleted:
+        click.echo(f"  deleted {checkpoint} ({human_size(size)})")
+    if waiting:
+        warn(waiting, label="note")
     if plan.alive:
         warn(f"process {', '.join(map(str, plan.alive))} has files open in {run}: "
              "the run is alive; keep would delete nothing now.", label="note")
     if manifests:
         info(f"Archived {count(len(manifests), 'checkpoint')} to {url}, verified.")
-    info(f"{'Would free' if dry_run else 'Freed'} {human_size(plan.bytes_freed)} "
-         f"({count(len(plan.delete), 'checkpoint')}).")
+    what = len(plan.delete) if dry_run else len(deleted)
+    info(f"{'Would free' if dry_run else 'Freed'} {human_size(freed)} "
+         f"({count(what, 'checkpoint')}).")
+
+
+def _waiting(plan: object, settle: float) -> str:
+    from wlock.archive.checkpoints import RetentionPlan
+
+    assert isinstance(plan, RetentionPlan)
+    roles = ", ".join(f"{'best' if c is plan.best else 'final'} {c.name}"
+                      + (" (also final)" if c is plan.best and c is plan.final else "")
+                      for c in plan.waiting)
+    return (f"nothing is archived or deleted yet: the {roles} changed within --settle "
+            f"{settle:g} min (it may still be being written). Run again once it has "
+            "settled, or pass --settle 0 if the run has ended.")
+
+
+def _ago(plan: object, checkpoint: object) -> str:
+    import time
+
+    from wlock.archive.checkpoints import Checkpoint
+
+    assert isinstance(checkpoint, Checkpoint)
+    seconds = max(0.0, time.time() - checkpoint.changed)
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
 @checkpoints.command()
