@@ -105,7 +105,7 @@ def keep(run: Path, metric: str | None, mode: str | None, settle: float, name: s
             "final": plan.final.name if plan.final else None,
             "delete": [c.name for c in plan.delete],
             "deleted": [n for n, _ in deleted],
-            "deleted_bytes": {n: b for n, b in deleted},
+            "deleted_bytes": dict(deleted),
             "in_progress": [c.name for c in plan.in_progress], "alive": plan.alive,
             "settle_minutes": settle, "waiting": waiting,
             "bytes_freed": freed, "archived": [m["checkpoint"] for m in manifests],
