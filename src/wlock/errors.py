@@ -25,6 +25,7 @@ class ExitCode(IntEnum):
     INVALID_FILE = 4
     HUB = 5
     LOCAL = 6
+    POLICY = 7
 
 
 class WlockError(Exception):
@@ -180,8 +181,18 @@ class UnsafeCacheError(LocalError):
         self.path = str(path)
 
 
+class PolicyError(WlockError):
+    """The project's policy ([tool.wlock.policy]) refuses what the lock holds: a pickle that
+    imports what the policy does not allow, a licence outside its list, remote code that
+    is not locked. Each violation is named (repo, file, import or licence)."""
+
+    exit_code = ExitCode.POLICY
+    label = "policy"
+
+
 _KINDS = {
     ExitCode.CHECK_FAILED: CheckFailedError.label, ExitCode.USAGE: UsageError.label,
     ExitCode.LOCK_STALE: LockStaleError.label, ExitCode.INVALID_FILE: InvalidFileError.label,
     ExitCode.HUB: HubError.label, ExitCode.LOCAL: LocalError.label,
+    ExitCode.POLICY: PolicyError.label,
 }

@@ -166,6 +166,16 @@ class FileTable(Sequence[LockedFile]):
 
 
 @dataclass(frozen=True, slots=True)
+class PickleScan:
+    """A locked file's pickle imports (`module.name`, sorted), or that it holds no pickle:
+    what `torch.load` would call, recorded so a policy can judge it offline."""
+
+    path: str
+    imports: tuple[str, ...]
+    pickle: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class LockedRepo:
     kind: RepoKind
     id: str
@@ -184,6 +194,16 @@ class LockedRepo:
     # `onnx/`) and their bytes, so `wlock tree` can say it offline.
     skipped: tuple[str, ...] = ()
     skipped_size: int = 0
+    # The imports of each locked pickle (recorded when the entry was resolved; a lock made
+    # before has none, and `wlock audit` scans the bytes on disk instead).
+    pickles: tuple[PickleScan, ...] = ()
+    # From the card (cardData): the licence (SPDX id, or "other" with its name) and the
+    # models it names as its base: provenance for the SBOM, never synced.
+    license: str | None = None
+    license_name: str | None = None
+    base_models: tuple[str, ...] = ()
+    # The classes config.json's `auto_map` names: code `trust_remote_code=True` would run.
+    remote_code: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[RepoKind, str]:

@@ -182,10 +182,11 @@ def test_strings_that_need_escaping_survive(tmp_path: Path) -> None:
          "weights.lock:7: `model.requested`: acme/tiny-bert: 1 is not a branch, tag or commit"),
         (lambda t: t.replace('id = "acme/tiny-bert"', 'id = ""'),
          "weights.lock:6: `model.id`: missing `id`"),
+        # A duplicate (or a file inside a file) is named at its own line, not `files = [`.
         (lambda t: t.replace('path = "empty"', 'path = "config.json"'),
-         "weights.lock:9: `model.files`: acme/tiny-bert: 'config.json' is listed twice"),
+         "weights.lock:11: `model.files`: acme/tiny-bert: 'config.json' is listed twice"),
         (lambda t: t.replace('path = "empty"', 'path = "config.json/x"'),
-         "weights.lock:9: `model.files`: acme/tiny-bert: 'config.json' is listed as a file and as the folder of 'config.json/x'"),
+         "weights.lock:11: `model.files`: acme/tiny-bert: 'config.json' is listed as a file and as the folder of 'config.json/x'"),
         (lambda t: t.replace("size = 148,", "size = 100000000000000000000000000,"),
          "weights.lock:10: `model.files`: acme/tiny-bert: config.json: bad size 100000000000000000000000000"),
         (lambda t: t.replace('requested = "main"', f'requested = "{COMMIT_B}"'),

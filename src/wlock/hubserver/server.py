@@ -478,8 +478,30 @@ class _Handler(BaseHTTPRequestHandler):
             data["modelId"] = repo.id
             data["spaces"] = []
             data["config"] = {}
+        card = self._card_data(commit)
+        if card is not None:
+            # As the Hub: the README's YAML front matter is `cardData`, and its licence is
+            # also a `license:` tag.
+            data["cardData"] = card
+            if isinstance(card.get("license"), str):
+                data["tags"] = [f"license:{card['license']}"]
         data.update(repo.extra)
         self._send_json(data)
+
+    def _card_data(self, commit: Commit) -> dict[str, Any] | None:
+        """The front matter of the commit's README.md (between `---` lines), or None."""
+        readme = commit.files.get("README.md")
+        path = self.server.app.store.object_path(readme.sha256) if readme else None
+        if path is None or readme is None or readme.size > 1_000_000:
+            return None
+        # huggingface_hub's own reader of card front matter (what the Hub parses too).
+        from huggingface_hub.repocard import metadata_load
+
+        try:
+            card = metadata_load(path)
+        except Exception:  # noqa: BLE001 - a card that is not YAML has no cardData
+            return None
+        return card if isinstance(card, dict) else None
 
     def _entry(
         self, repo: Repo, commit: Commit, f: StoredFile, expand: bool

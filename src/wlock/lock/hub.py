@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import quote
 
 from wlock.errors import (
     HubError,
@@ -22,7 +23,8 @@ from wlock.errors import (
 from wlock.hubstatus import hub_error, is_transient, retry_delay
 from wlock.lock.lockfile import is_commit
 from wlock.lock.names import file_path_problem
-from wlock.models import LockedFile, RepoKind
+from wlock.models import LockedFile, PickleScan, RepoKind
+from wlock.version import __version__
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -47,6 +49,11 @@ class RemoteSnapshot:
     revision: str
     files: tuple[LockedFile, ...]
     library_name: str | None = None  # the Hub's guess of the library that loads it
+    # From the card's front matter (cardData): SPDX id or "other", its name for "other",
+    # and the models it says it was made from (provenance, never a dependency).
+    license: str | None = None
+    license_name: str | None = None
+    base_models: tuple[str, ...] = ()
 
 
 class HubClient:
@@ -72,6 +79,7 @@ class HubClient:
         # token=None lets huggingface_hub fall back to HF_TOKEN and the stored login, as
         # every other Hub tool does; we never read, print or store the value ourselves.
         self._api: HfApi = HfApi(endpoint=self.endpoint, token=token)
+        self._token = token  # for the range reads of pickles; None: huggingface_hub's own
         self._sleep = sleep
 
     def snapshot(self, kind: RepoKind, repo_id: str, ref: str) -> RemoteSnapshot:
@@ -105,10 +113,71 @@ class HubClient:
             )
             files = files_from_tree(repo_id, entries)
         library = getattr(info, "library_name", None)
+        card = _card(info)
+        license_id = card.get("license")
+        base = card.get("base_model")
         return RemoteSnapshot(
             kind=kind, hub_id=str(getattr(info, "id", repo_id)),
             revision=sha, files=files, library_name=library if isinstance(library, str) else None,
+            license=license_id if isinstance(license_id, str) else None,
+            license_name=card["license_name"] if isinstance(card.get("license_name"), str)
+            else None,
+            base_models=tuple(b for b in ([base] if isinstance(base, str) else base or ())
+                              if isinstance(b, str)),
         )
+
+    def scan_pickle(self, kind: RepoKind, repo_id: str, revision: str, f: LockedFile
+                    ) -> tuple[PickleScan, int]:
+        """What the locked pickle `f` imports, read with HTTP ranges (its zip directory and
+        data.pkl, or its pickles from the start), never its tensors. Returns the scan and
+        the bytes read. Raises a HubError subclass (exit 5) naming the file."""
+        import httpx2
+
+        from wlock.lock.pickles import RangeReader, scan
+
+        prefix = "datasets/" if kind == "dataset" else ""
+        url = f"{self.endpoint}/{prefix}{repo_id}/resolve/{revision}/{quote(f.path)}"
+        from huggingface_hub import get_token
+
+        headers = {"User-Agent": f"wlock/{__version__}"}
+        token = self._token or get_token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        # httpx drops Authorization on a redirect to another origin (the CDN): the token
+        # never leaves the endpoint.
+        with httpx2.Client(follow_redirects=True, timeout=self.timeout,
+                           headers=headers) as client:
+
+            def fetch(start: int, end: int) -> bytes:
+                if end <= start:
+                    return b""
+                for attempt in range(1, MAX_TRANSPORT_ATTEMPTS + 1):
+                    try:
+                        response = client.get(url, headers={"Range": f"bytes={start}-{end - 1}"})
+                    except httpx2.TransportError as e:
+                        if attempt == MAX_TRANSPORT_ATTEMPTS:
+                            raise HubUnreachableError(
+                                f"cannot read {repo_id}: {f.path} from {self.endpoint}: "
+                                f"{redact(str(e)) or type(e).__name__}", repo=repo_id,
+                                hint="Check the network, or raise --timeout.") from None
+                        self._sleep(retry_delay(attempt, None))
+                        continue
+                    if is_transient(response.status_code) and attempt < MAX_TRANSPORT_ATTEMPTS:
+                        self._sleep(retry_delay(attempt, response.headers.get("Retry-After")))
+                        continue
+                    if response.status_code not in (200, 206):
+                        raise hub_error(response.status_code,
+                                        response.headers.get("X-Error-Code"), kind=kind,
+                                        repo_id=repo_id, endpoint=self.endpoint,
+                                        attempts=attempt)
+                    body = response.content
+                    # A server that ignores Range answers 200 with the whole file.
+                    return body[start:end] if response.status_code == 200 else body
+                raise AssertionError("unreachable")
+
+            reader = RangeReader(f.size, fetch)
+            result = scan(reader, f.path)
+            return result, reader.bytes_read
 
     def read_file(self, kind: RepoKind, repo_id: str, revision: str, path: str) -> bytes:
         """The bytes of one small file at a commit (an index, modules.json): what a loader's
@@ -195,6 +264,17 @@ class HubClient:
             )
         return hub_error(status, code, kind=kind, repo_id=repo_id, endpoint=self.endpoint,
                          attempts=MAX_ATTEMPTS)
+
+
+def _card(info: Any) -> dict[str, Any]:
+    """The card's front matter as a dict, from huggingface_hub's ModelInfo (`card_data`, a
+    CardData in 1.x, a dict in some answers), or {}."""
+    card = getattr(info, "card_data", None) or getattr(info, "cardData", None)
+    if card is None:
+        return {}
+    if hasattr(card, "to_dict"):
+        card = card.to_dict()
+    return card if isinstance(card, dict) else {}
 
 
 def _transport_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ...]]:

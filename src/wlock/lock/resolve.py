@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from wlock.errors import InvalidFileError, OfflineError, UsageError, WlockError
@@ -36,6 +36,7 @@ from wlock.models import (
     LockResult,
     Manifest,
     ManifestEntry,
+    PickleScan,
     RepoKind,
 )
 from wlock.units import human_size
@@ -43,6 +44,8 @@ from wlock.units import human_size
 DEFAULT_JOBS = 16
 
 ReadFile = Callable[[RepoKind, str, str, str], bytes]
+# What a locked pickle imports, read from the Hub with ranges (HubClient.scan_pickle).
+ScanPickle = Callable[[RepoKind, str, str, LockedFile], PickleScan]
 
 
 def _no_reads(kind: RepoKind, repo_id: str, revision: str, path: str) -> bytes:
@@ -57,6 +60,7 @@ class Picked:
     files: tuple[LockedFile, ...]
     requires: tuple[Requirement, ...] = ()
     notes: tuple[str, ...] = ()
+    code: tuple[str, ...] = ()
 
 
 def pick(snap: RemoteSnapshot, loader: str | None, variant: str | None,
@@ -69,7 +73,7 @@ def pick(snap: RemoteSnapshot, loader: str | None, variant: str | None,
     choice = select(loader, snap.files,
                     lambda path: read_file(snap.kind, snap.hub_id, snap.revision, path), variant)
     return Picked(snap, tuple(f for f in snap.files if f.path in choice.paths),
-                  choice.requires, choice.notes)
+                  choice.requires, choice.notes, choice.code)
 
 
 def selection_line(repo: LockedRepo, listed: tuple[LockedFile, ...]) -> str:
@@ -166,6 +170,7 @@ def plan_lock(
     upgrade_packages: Collection[str] = (),
     jobs: int = DEFAULT_JOBS,
     read_file: ReadFile = _no_reads,
+    scan_pickle: ScanPickle | None = None,
 ) -> LockResult:
     """The lock the manifest calls for, and how it differs from `previous`; writes nothing.
 
@@ -237,7 +242,8 @@ def plan_lock(
                 "or fix the pattern.",
             )
         repo = _locked(entry.kind, entry.id, entry.ref, snap, files, entry.include,
-                       entry.exclude, entry.loader, entry.variant, picked.requires)
+                       entry.exclude, entry.loader, entry.variant, picked.requires,
+                       picked.code)
         repos.append(repo)
         pending += [(r, entry.id) for r in picked.requires]
         if entry.loader is not None:
@@ -247,7 +253,9 @@ def plan_lock(
     notes, dependencies = _dependencies(
         manifest, previous, pending, snapshot, read_file,
         upgrade=upgrade, upgrade_packages=upgrade_packages)
-    repos += dependencies
+    fresh = {e.key for e in manifest.entries if e.key not in kept}
+    fresh |= {d.key for d in dependencies if previous is None or d is not previous.find(*d.key)}
+    repos = scan_pickles(repos + dependencies, fresh, scan_pickle, jobs)
     lock = Lock(manifest_digest=manifest.digest, repos=tuple(repos))
     return LockResult(
         lock=lock, changes=diff_locks(previous, lock), written=False, renamed=tuple(renamed),
@@ -258,7 +266,7 @@ def plan_lock(
 def _locked(kind: RepoKind, repo_id: str, requested: str, snap: RemoteSnapshot,
             files: tuple[LockedFile, ...], include: tuple[str, ...], exclude: tuple[str, ...],
             loader: str | None, variant: str | None,
-            requires: tuple[Requirement, ...]) -> LockedRepo:
+            requires: tuple[Requirement, ...], code: tuple[str, ...] = ()) -> LockedRepo:
     """The lock entry of a repo resolved now. What a loader left out is recorded with it (only
     then: a lock of entries without a loader keeps its bytes)."""
     kept = {f.path for f in files}
@@ -269,7 +277,31 @@ def _locked(kind: RepoKind, repo_id: str, requested: str, snap: RemoteSnapshot,
         requires=tuple(sorted({r.id for r in requires})),
         skipped=tuple(collapse((f.path for f in left), kept)) if loader is not None else (),
         skipped_size=sum(f.size for f in left) if loader is not None else 0,
+        license=snap.license, license_name=snap.license_name, base_models=snap.base_models,
+        remote_code=code,
     )
+
+
+def scan_pickles(repos: list[LockedRepo], fresh: set[tuple[RepoKind, str]],
+                 scan_pickle: ScanPickle | None, jobs: int) -> list[LockedRepo]:
+    """`repos` with the imports of every locked pickle of the `fresh` ones recorded (read
+    with ranges, concurrently); the others as they were locked."""
+    if scan_pickle is None:
+        return repos
+    from wlock.lock.pickles import is_pickle_name
+
+    work = [(repo, f) for repo in repos if repo.key in fresh for f in repo.files
+            if is_pickle_name(f.path)]
+    if not work:
+        return repos
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(work)))) as pool:
+        found = list(pool.map(lambda item: scan_pickle(item[0].kind, item[0].id,
+                                                       item[0].revision, item[1]), work))
+    by_repo: dict[tuple[RepoKind, str], list[PickleScan]] = {}
+    for (repo, _), scan in zip(work, found, strict=True):
+        by_repo.setdefault(repo.key, []).append(scan)
+    return [replace(r, pickles=tuple(sorted(by_repo[r.key], key=lambda p: p.path)))
+            if r.key in by_repo else r for r in repos]
 
 
 def _dependencies(
@@ -313,7 +345,7 @@ def _dependencies(
             loader, picked = None, Picked(snap, snap.files)  # every file: it still loads
         files, _ = select_files(picked.files, requirement.include, ())
         repo = _locked("model", requirement.id, requirement.ref, snap, files,
-                       requirement.include, (), loader, None, picked.requires)
+                       requirement.include, (), loader, None, picked.requires, picked.code)
         found[key] = repo
         pending += [(r, requirement.id) for r in picked.requires]
         how = ("at the commit it names" if is_commit(requirement.ref) else
@@ -403,6 +435,8 @@ def lock_project(
         manifest, previous, lambda e, revision: client.snapshot(e.kind, e.id, revision),
         upgrade=upgrade, upgrade_packages=upgrade_packages, jobs=jobs,
         read_file=client.read_file,
+        scan_pickle=lambda kind, repo_id, revision, f: client.scan_pickle(
+            kind, repo_id, revision, f)[0],
     )
     written = False if dry_run else write_lock(lock_path, result.lock)
     # After a merge conflict, what moved is told against our side, the user's branch.

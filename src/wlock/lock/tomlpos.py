@@ -102,11 +102,16 @@ class TomlLocator:
         # order: the lock writes one file entry per line, so the n-th is the n-th file.
         self.items: dict[int, list[int]] = {}
         current: int | None = None
+        in_files = False  # inline tables are counted in a `files = [...]` array only
         for number, line in enumerate(self.lines, start=1):
-            if current is not None and current > 0:
+            key = self._KEY.match(line)
+            if key and current is not None and current > 0:
+                in_files = key.group(1) == "files"
+            if current is not None and current > 0 and in_files:
                 self.items[current].extend(number for _ in self._ITEM.finditer(line))
             header = self._HEADER.match(line)
             if header:
+                in_files = False
                 self.headers.setdefault(header.group(1), []).append(number)
                 self.root.setdefault(header.group(1), number)
                 current = number
@@ -118,7 +123,6 @@ class TomlLocator:
                 self.root.setdefault(name, number)
                 current = -1
                 continue
-            key = self._KEY.match(line)
             if key:
                 if current is None:
                     self.root.setdefault(key.group(1), number)

@@ -60,6 +60,9 @@ class Choice:
     paths: frozenset[str]
     requires: tuple[Requirement, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    # The classes `auto_map` names (`modeling_x.XModel`, `org/repo--modeling_x.XModel`):
+    # code a trust_remote_code load runs, which the policy wants locked.
+    code: tuple[str, ...] = ()
 
 
 def detect_loader(library_name: str | None, paths: Iterable[str]) -> str:

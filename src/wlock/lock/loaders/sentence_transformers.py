@@ -36,6 +36,7 @@ def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
     kept = set(small_files(paths, ""))
     requires: list[Requirement] = []
     notes: list[str] = []
+    code: list[str] = []
     for folder, kind in listed:
         prefix = f"{folder}/" if folder else ""
         if kind.endswith(".Transformer"):
@@ -43,7 +44,8 @@ def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
             kept |= sub.paths
             requires += [r for r in sub.requires if r not in requires]
             notes += sub.notes
+            code += sub.code
         else:
             kept |= small_files(paths, prefix)
             kept |= set(weights(paths, prefix, transformers.NAMES, read) or ())
-    return Choice(frozenset(kept), tuple(requires), tuple(notes))
+    return Choice(frozenset(kept), tuple(requires), tuple(notes), tuple(sorted(set(code))))

@@ -40,13 +40,17 @@ def select_in(paths: frozenset[str], folder: str, read: Read, variant: str | Non
         chosen = []
         notes = (f"no weights transformers reads in {folder or 'the repo'}: configs and "
                  "tokenizer files only",)
+    requires, code = remote_code(paths, folder, read)
     return Choice(frozenset(small_files(paths, folder)) | frozenset(chosen),
-                  requires=remote_code(paths, folder, read), notes=notes)
+                  requires=requires, notes=notes, code=code)
 
 
-def remote_code(paths: frozenset[str], folder: str, read: Read) -> tuple[Requirement, ...]:
-    """Repos whose code `auto_map` in config.json or tokenizer_config.json names."""
+def remote_code(paths: frozenset[str], folder: str, read: Read
+                ) -> tuple[tuple[Requirement, ...], tuple[str, ...]]:
+    """The repos whose code `auto_map` in config.json or tokenizer_config.json names, and
+    every class it names (this repo's and others')."""
     found: dict[str, Requirement] = {}
+    code: set[str] = set()
     for name in ("config.json", "tokenizer_config.json"):
         path = folder + name
         if path not in paths:
@@ -60,6 +64,8 @@ def remote_code(paths: frozenset[str], folder: str, read: Read) -> tuple[Require
             continue
         for value in auto_map.values():
             for reference in value if isinstance(value, list) else [value]:
+                if isinstance(reference, str) and reference:
+                    code.add(reference)
                 if not isinstance(reference, str) or "--" not in reference:
                     continue
                 repo = reference.split("--")[0]
@@ -67,4 +73,4 @@ def remote_code(paths: frozenset[str], folder: str, read: Read) -> tuple[Require
                     found[repo] = Requirement(
                         repo, "main", f"remote code named in {path}'s auto_map ({reference})",
                         include=("*.py",))
-    return tuple(found.values())
+    return tuple(found.values()), tuple(sorted(code))

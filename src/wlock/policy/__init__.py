@@ -1,0 +1,186 @@
+"""Safe to load: the project's policy over what a lock holds, judged offline.
+
+`[tool.wlock.policy]` in weights.toml:
+
+    pickle = "safe-imports"   # | "deny" | "allow"
+    licenses = ["apache-2.0", "mit"]      # SPDX ids as cards write them; absent: any
+    remote-code = "locked"    # | "deny"
+
+The judge reads only the lock's records (what each pickle imports, each repo's licence and
+the classes `auto_map` names), so `lock --check` enforces it in CI without a request;
+`wlock audit` also re-scans the pickles on disk. A scanner's allowlist is not a proof of
+safety: it says which functions a pickle names, not what they do with their arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wlock.errors import InvalidFileError, PolicyError
+from wlock.models import Lock, LockedRepo, PickleScan
+
+PICKLE_MODES = ("safe-imports", "deny", "allow")
+REMOTE_CODE_MODES = ("locked", "deny")
+
+# What `safe-imports` lets a pickle import: the functions torch.load(weights_only=True)
+# accepts to rebuild tensors, storages and containers (torch/_weights_only_unpickler.py,
+# _get_allowed_globals), and numpy's array reconstruction (np.save's pickles). Nothing that
+# runs code given a string, imports a module or opens a file.
+SAFE_IMPORTS: dict[str, frozenset[str]] = {
+    "collections": frozenset({"OrderedDict", "Counter", "defaultdict"}),
+    "torch._utils": frozenset({
+        "_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter",
+        "_rebuild_parameter_with_state", "_rebuild_qtensor", "_rebuild_sparse_tensor",
+        "_rebuild_meta_tensor_no_storage", "_rebuild_nested_tensor",
+        "_rebuild_wrapper_subclass", "_rebuild_device_tensor_from_numpy",
+        "_rebuild_device_tensor_from_cpu_tensor"}),
+    "torch._tensor": frozenset({"_rebuild_from_type_v2"}),
+    "torch": frozenset({
+        "Size", "device", "Tensor", "float16", "float32", "float64", "bfloat16", "int8",
+        "int16", "int32", "int64", "uint8", "bool", "complex64", "complex128", "float8_e4m3fn",
+        "float8_e5m2", "per_tensor_affine", "per_channel_affine", "strided", "sparse_coo",
+        "ByteStorage", "CharStorage", "ShortStorage", "IntStorage", "LongStorage",
+        "HalfStorage", "FloatStorage", "DoubleStorage", "BFloat16Storage", "BoolStorage",
+        "ComplexFloatStorage", "ComplexDoubleStorage", "QInt8Storage", "QUInt8Storage",
+        "QInt32Storage", "QUInt4x2Storage", "QUInt2x4Storage", "UntypedStorage"}),
+    "torch.storage": frozenset({"UntypedStorage", "TypedStorage"}),
+    "numpy": frozenset({"ndarray", "dtype"}),
+    "numpy.core.multiarray": frozenset({"_reconstruct", "scalar"}),
+    "numpy._core.multiarray": frozenset({"_reconstruct", "scalar"}),
+    "_codecs": frozenset({"encode"}),  # how protocol 2 pickles bytes
+    "builtins": frozenset({"set", "frozenset", "slice", "complex", "bytearray"}),
+}
+
+
+def safe_import(name: str) -> bool:
+    module, _, attr = name.rpartition(".")
+    if module == "numpy.dtypes" and attr.endswith("DType"):
+        return True
+    return attr in SAFE_IMPORTS.get(module, frozenset())
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    pickle: str = "safe-imports"
+    licenses: tuple[str, ...] | None = None  # None: any licence
+    remote_code: str = "locked"
+    path: str = "weights.toml"  # where it was read, for messages
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    kind: str  # "pickle", "license", "remote-code"
+    repo: str
+    path: str | None  # the file, when one is at fault
+    detail: str  # the import, the licence, the class
+    message: str
+
+
+def read_policy(manifest: Path) -> Policy:
+    """`[tool.wlock.policy]` of weights.toml (the defaults when absent). Raises
+    InvalidFileError (exit 4) naming the line of a bad value."""
+    from wlock.lock.tomlpos import read_toml
+
+    data, locator = read_toml(manifest, missing="Run `wlock init`.")
+    tool = data.get("tool", {})
+    raw: Any = tool.get("wlock", {}).get("policy", {}) if isinstance(tool, dict) else {}
+    display = str(manifest)
+
+    def fail(key: str, problem: str, hint: str) -> InvalidFileError:
+        line = next((n for n, text in enumerate(locator.lines, 1)
+                     if text.strip().startswith(key)), None) if hasattr(locator, "lines") \
+            else None
+        return InvalidFileError(display, problem, line=line, key=f"tool.wlock.policy.{key}",
+                                hint=hint)
+
+    if not isinstance(raw, dict):
+        raise fail("policy", "must be a table", "Write [tool.wlock.policy].")
+    for key in raw:
+        if key not in ("pickle", "licenses", "remote-code"):
+            raise fail(key, "unknown key", "The policy takes pickle, licenses, remote-code.")
+    pickle = raw.get("pickle", "safe-imports")
+    if pickle not in PICKLE_MODES:
+        raise fail("pickle", f"{pickle!r} is not a pickle policy",
+                   f"One of: {', '.join(PICKLE_MODES)}.")
+    licenses = raw.get("licenses")
+    if licenses is not None and (not isinstance(licenses, list) or not all(
+            isinstance(x, str) and x for x in licenses)):
+        raise fail("licenses", "must be a list of licence ids", 'Like ["apache-2.0", "mit"].')
+    remote = raw.get("remote-code", "locked")
+    if remote not in REMOTE_CODE_MODES:
+        raise fail("remote-code", f"{remote!r} is not a remote-code policy",
+                   f"One of: {', '.join(REMOTE_CODE_MODES)}.")
+    return Policy(pickle=pickle, licenses=tuple(x.lower() for x in licenses)
+                  if licenses is not None else None, remote_code=remote, path=display)
+
+
+def judge_pickle(repo: str, scan: PickleScan, policy: Policy) -> list[Violation]:
+    if not scan.pickle or policy.pickle == "allow":
+        return []
+    if policy.pickle == "deny":
+        return [Violation("pickle", repo, scan.path, "pickle",
+                          f"{repo}: {scan.path} is a pickle, and the policy denies pickles "
+                          f"(pickle = \"deny\"): torch.load runs what it names")]
+    return [Violation("pickle", repo, scan.path, name,
+                      f"{repo}: {scan.path} imports {name}, which `safe-imports` does not "
+                      "allow: torch.load would call it")
+            for name in scan.imports if not safe_import(name)]
+
+
+def judge_repo(repo: LockedRepo, lock: Lock, policy: Policy,
+               scans: Iterable[PickleScan] | None = None) -> list[Violation]:
+    """What `policy` refuses in one locked repo. `scans`: the pickles' imports to judge
+    (default: what the lock recorded)."""
+    out: list[Violation] = []
+    for scan in repo.pickles if scans is None else scans:
+        out += judge_pickle(repo.id, scan, policy)
+    if policy.licenses is not None and repo.kind == "model":
+        licence = (repo.license or "").lower()
+        allowed = licence in policy.licenses or (
+            licence == "other" and (repo.license_name or "").lower() in policy.licenses)
+        if not allowed:
+            shown = repo.license or "none recorded"
+            if licence == "other":
+                shown = f"other ({repo.license_name or 'no license_name'})"
+            out.append(Violation("license", repo.id, None, repo.license or "",
+                                 f"{repo.id}: licence {shown} is not in the policy's "
+                                 f"licenses ({', '.join(policy.licenses)})"))
+    if repo.remote_code:
+        locked = {f.path for f in repo.files}
+        for reference in repo.remote_code:
+            if policy.remote_code == "deny":
+                out.append(Violation("remote-code", repo.id, None, reference,
+                                     f"{repo.id}: auto_map names remote code {reference}, "
+                                     "and the policy denies remote code "
+                                     "(remote-code = \"deny\")"))
+                continue
+            owner, _, name = reference.rpartition("--")
+            module = name.split(".")[0] + ".py"
+            if owner and lock.find("model", owner) is None:
+                out.append(Violation("remote-code", repo.id, None, reference,
+                                     f"{repo.id}: auto_map runs {reference} from {owner}, "
+                                     "which weights.lock does not lock"))
+            elif not owner and module not in locked:
+                out.append(Violation("remote-code", repo.id, module, reference,
+                                     f"{repo.id}: auto_map runs {reference}, but {module} is "
+                                     "not in the lock (excluded?)"))
+    return out
+
+
+def judge_lock(lock: Lock, policy: Policy) -> list[Violation]:
+    """Every violation of `policy` that the lock's records show, repo by repo."""
+    return [v for repo in lock.repos for v in judge_repo(repo, lock, policy)]
+
+
+def refusal(violations: list[Violation], policy: Policy, what: str) -> PolicyError:
+    """The error for a refused lock: every violation named, and what was left alone."""
+    shown = violations[:20]
+    more = f"\n  ... and {len(violations) - 20} more" if len(violations) > 20 else ""
+    return PolicyError(
+        f"the policy in {policy.path} refuses {len(violations)} thing(s) in the lock:\n"
+        + "\n".join(f"  {v.message}" for v in shown) + more,
+        hint=f"{what} Change the entry (another ref, `exclude`, a safetensors-only loader), "
+        "or the policy ([tool.wlock.policy]) if this is acceptable.")
