@@ -16,6 +16,7 @@ import click
 from wlock import __version__
 from wlock.cli import output
 from wlock.cli.archive_cmd import archive
+from wlock.cli.audit_cmd import audit
 from wlock.cli.check_cmd import check
 from wlock.cli.checkpoints_cmd import checkpoints
 from wlock.cli.completion_cmd import completion
@@ -28,6 +29,7 @@ from wlock.cli.output import emit_error
 from wlock.cli.pins_cmds import list_, path, revision
 from wlock.cli.record_cmd import record
 from wlock.cli.run_cmd import run
+from wlock.cli.sbom_cmd import sbom
 from wlock.cli.serve_cmd import serve
 from wlock.cli.status_cmd import status
 from wlock.cli.sync_cmd import sync
@@ -48,7 +50,7 @@ Try it on the bundled example Hub, offline:
   wlock demo
 
 Exit codes: 0 ok, 1 check failed, 2 usage, 3 lock out of date, 4 invalid file,
-5 Hub error, 6 local problem (space, permissions).""",
+5 Hub error, 6 local problem (space, permissions), 7 refused by the policy.""",
 )
 @click.version_option(__version__, "-V", "--version", prog_name="wlock")
 @click.option("-q", "--quiet", count=True,
@@ -76,7 +78,7 @@ def cli(quiet: int, verbose: int, debug: bool, no_progress: bool, color: str) ->
 
 
 for command in (init, add, remove, lock, sync, check, list_, revision, path, status, archive,
-                export, gc, record, checkpoints, lint, run, serve, completion, tree):
+                export, gc, record, checkpoints, lint, run, serve, completion, tree, audit, sbom):
     cli.add_command(command)
 
 

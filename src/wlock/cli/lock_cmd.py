@@ -63,12 +63,15 @@ def lock(
 
     if check and dry_run:
         raise click.UsageError("--check and --dry-run cannot be used together")
+    from wlock.policy import enforcer
+
     project = settings.project()
     started = time.monotonic()
     result = lock_project(
         project, endpoint=settings.endpoint, token=settings.token, check=check,
         dry_run=dry_run, upgrade=upgrade, upgrade_packages=upgrade_package, jobs=jobs,
         timeout=timeout, offline=settings.offline,
+        accept=enforcer(project / "weights.toml", "weights.lock was left as it was."),
     )
     elapsed = time.monotonic() - started
     for note in result.notes:

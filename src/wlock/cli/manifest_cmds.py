@@ -116,8 +116,11 @@ def add(
         from wlock.lock.resolve import lock_project
 
         try:
+            from wlock.policy import enforcer
+
             result = lock_project(project, endpoint=settings.endpoint, token=settings.token,
-                                  timeout=timeout)
+                                  timeout=timeout,
+                                  accept=enforcer(path, "weights.lock was left as it was."))
         except WlockError as e:
             write_bytes_atomic(path, before)  # as it was: nothing half-added
             e.hint = ((e.hint + "\n") if e.hint else "") + (

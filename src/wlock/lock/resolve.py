@@ -388,8 +388,13 @@ def lock_project(
     jobs: int = DEFAULT_JOBS,
     timeout: float = DEFAULT_TIMEOUT,
     offline: bool = False,
+    accept: Callable[[Lock], None] | None = None,
 ) -> LockResult:
     """`wlock lock`: resolve weights.toml into weights.lock.
+
+    `accept(lock)` is called with the lock about to be written (or checked, with `check`),
+    and may raise to refuse it: the project's policy, which the resolver knows nothing of,
+    judges there, and a refused lock leaves weights.lock as it was.
 
     With `check`, raises LockStaleError (exit 3) unless the lock matches the manifest, and
     makes no request at all. With `offline`, an unchanged manifest still locks; anything that
@@ -411,9 +416,13 @@ def lock_project(
         if not is_fresh(manifest, previous) or upgrade or upgrade_packages:
             raise stale_error(manifest, lock_path, previous, "--check")
         assert previous is not None
+        if accept is not None:
+            accept(previous)
         return LockResult(lock=previous, changes=(), written=False)
     if is_fresh(manifest, previous) and not upgrade and not upgrade_packages:
         assert previous is not None
+        if accept is not None:
+            accept(previous)
         # Nothing to resolve; still rewrite a lock whose bytes are not canonical.
         written = False if dry_run else write_lock(lock_path, previous)
         return LockResult(lock=previous, changes=(), written=written, notes=notes)
@@ -438,6 +447,8 @@ def lock_project(
         scan_pickle=lambda kind, repo_id, revision, f: client.scan_pickle(
             kind, repo_id, revision, f)[0],
     )
+    if accept is not None:
+        accept(result.lock)
     written = False if dry_run else write_lock(lock_path, result.lock)
     # After a merge conflict, what moved is told against our side, the user's branch.
     changes = diff_locks(ours, result.lock) if sides is not None else result.changes

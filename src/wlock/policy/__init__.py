@@ -14,7 +14,7 @@ safety: it says which functions a pickle names, not what they do with their argu
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,3 +184,15 @@ def refusal(violations: list[Violation], policy: Policy, what: str) -> PolicyErr
         + "\n".join(f"  {v.message}" for v in shown) + more,
         hint=f"{what} Change the entry (another ref, `exclude`, a safetensors-only loader), "
         "or the policy ([tool.wlock.policy]) if this is acceptable.")
+
+
+def enforcer(manifest: Path, what: str) -> Callable[[Lock], None]:
+    """A check for `lock_project(accept=...)`: raises PolicyError (exit 7) naming every
+    violation of weights.toml's policy in the lock about to be written or checked."""
+    policy = read_policy(manifest)
+
+    def accept(lock: Lock) -> None:
+        if violations := judge_lock(lock, policy):
+            raise refusal(violations, policy, what)
+
+    return accept
