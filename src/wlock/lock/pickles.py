@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import io
 import logging
+import pickletools
 import zipfile
 from collections.abc import Callable
 
 from wlock.models import PickleScan
 
+_OPCODES = frozenset(op.code for op in pickletools.opcodes)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 _TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
@@ -37,7 +39,7 @@ class RangeReader(io.RawIOBase):
     what zipfile and the scanner read, fetched in blocks, each block once."""
 
     def __init__(self, size: int, fetch: Callable[[int, int], bytes],
-                 block: int = 256 * 1024) -> None:
+                 block: int = 64 * 1024) -> None:
         super().__init__()
         self.size, self._fetch, self._block = size, fetch, block
         self._pos = 0
@@ -92,7 +94,11 @@ def scan(stream: io.RawIOBase | io.BufferedIOBase, path: str) -> PickleScan:
         stream, io.RawIOBase) else stream
     found: set[str] = set()
     seen_pickle = False
-    if zipfile.is_zipfile(data):
+    data.seek(0)
+    head = data.read(4)
+    # Only a file that starts as a zip is looked at as one (zipfile.is_zipfile reads the end
+    # of the file: a block more for every pickle).
+    if head == b"PK\x03\x04" and zipfile.is_zipfile(data):
         data.seek(0)
         with zipfile.ZipFile(data) as archive:
             # Only the members a torch file unpickles (`data.pkl`, and any other .pkl): the
@@ -105,9 +111,9 @@ def scan(stream: io.RawIOBase | io.BufferedIOBase, path: str) -> PickleScan:
                     seen_pickle = True
         return PickleScan(path, tuple(sorted(found)), seen_pickle)
     data.seek(0)
-    head = data.read(2)
-    data.seek(0)
-    if not head or head[0] not in (0x80, *b"(cdeghijklmnopqrstuvwxyz}]KJIFGMNSTUVX"):
+    # Not a pickle: the first byte is no opcode at all (OpenVINO's .bin, a raw tensor
+    # dump). Any opcode may start one (protocol 0 needs no PROTO), so all are let through.
+    if not head or chr(head[0]) not in _OPCODES:
         return PickleScan(path, (), False)
     if path.lower().endswith(_TORCH_SUFFIXES):
         try:

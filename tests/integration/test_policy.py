@@ -1,0 +1,245 @@
+"""Safe to load (issue 26): pickles judged at lock time from range reads, the policy in
+weights.toml enforced by add, lock and lock --check (exit 7), `wlock audit` over the bytes on
+disk, and a CycloneDX SBOM that validates."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Hub, run_wlock, write_project
+from tests.pickle_corpus import MARKER, malicious, torch_zip
+from wlock.lock.lockfile import read_lock
+
+PAD = 4 * 2**20  # every malicious file is 4 MiB more than its payload
+
+
+def padded(name: str, data: bytes) -> bytes:
+    """The payload inside a file as large as a checkpoint: a torch zip gets a 4 MiB tensor
+    member, a plain pickle 4 MiB of zeros after its STOP (what a scanner must not read)."""
+    if data.startswith(b"PK"):
+        import io
+        import zipfile
+
+        out = io.BytesIO(data)
+        with zipfile.ZipFile(out, "a", zipfile.ZIP_STORED) as z:
+            z.writestr("archive/data/0", b"\0" * PAD)
+        return out.getvalue()
+    return data + b"\0" * PAD
+
+
+def policy_project(tmp_path: Path, policy: str = "", entries: str = "") -> Path:
+    return write_project(tmp_path, entries + (f"\n[tool.wlock.policy]\n{policy}" if policy
+                                              else ""))
+
+
+def test_malicious_pickles_are_refused_at_add_and_lock_from_range_reads(
+        hub: Hub, tmp_path: Path) -> None:
+    corpus = {name: padded(name, data) for name, data in malicious().items()}
+    repo_id = hub.unique_id("evil")
+    hub.builder.commit("model", repo_id, {**corpus, "README.md": b"# evil\n"})
+    project = policy_project(tmp_path)
+    before = (project / "weights.toml").read_bytes()
+    hub.process.reset_stats()
+    added = run_wlock("add", repo_id, "--endpoint", hub.endpoint, cwd=project)
+    assert added.code == 7, added.stderr
+    assert f"refuses {len(corpus) + 1} thing(s)" in added.stderr  # getattr-import: two names
+    for name, call in (("os.system-proto0.pkl", "os.system"), ("posix.system.pkl",
+                       "posix.system"), ("builtins.eval.pkl", "builtins.eval"),
+                       ("runpy._run_code.pkl", "runpy._run_code"),
+                       ("subprocess.Popen.pkl", "subprocess.Popen"),
+                       ("stack-global-memo.pkl", "os.system"),
+                       ("nested-pickle.pkl", "pickle.loads"),
+                       ("getattr-import.pkl", "builtins.getattr"),
+                       ("torch-zip-os.system.bin", "os.system")):
+        assert f"{repo_id}: {name} imports {call}, which `safe-imports` does not allow" \
+            in added.stderr, (name, added.stderr)
+    assert "weights.lock was left as it was" in added.stderr
+    assert "weights.toml was left as it was" in added.stderr
+    assert (project / "weights.toml").read_bytes() == before
+    assert not (project / "weights.lock").exists()
+    # Only ranges of each pickle were read: a few blocks, never the 4 MiB of padding.
+    # The files are LFS: the Hub redirects to the CDN, which serves objects by sha256.
+    by_hash = {hashlib.sha256(data).hexdigest(): name for name, data in corpus.items()}
+    served: dict[str, int] = {}
+    for entry in hub.process.stats()["log"]:
+        name = by_hash.get(entry["path"].rsplit("/", 1)[-1].split("?")[0])
+        if entry["listener"] == "cdn" and name is not None:
+            served[name] = served.get(name, 0) + entry["bytes"]
+    assert set(served) == set(corpus)
+    assert all(size > 0 for size in served.values())
+    for name, size in served.items():
+        assert size < len(corpus[name]) / 8, (name, size, len(corpus[name]))
+    assert not os.path.exists(f"/tmp/{MARKER}")  # nothing ran
+
+    # The same entry written by hand: `wlock lock` refuses it too, and writes nothing.
+    (project / "weights.toml").write_text(f'[[model]]\nid = "{repo_id}"\n')
+    locked = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert locked.code == 7 and "imports os.system" in locked.stderr
+    assert not (project / "weights.lock").exists()
+    assert not os.path.exists(f"/tmp/{MARKER}")
+
+
+def checkpoint_repo(hub: Hub, tmp_path: Path, card: str = "") -> str:
+    """A repo whose weights are pickles written by torch.save, as transformers 4.x's
+    save_pretrained(safe_serialization=False) wrote pytorch_model.bin."""
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    torch.save(model.state_dict(), tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    repo_id = hub.unique_id("ckpt")
+    hub.builder.commit("model", repo_id, {
+        "config.json": b"{}", "pytorch_model.bin": (tmp_path / "pytorch_model.bin").read_bytes(),
+        "legacy.pt": (tmp_path / "legacy.pt").read_bytes(),
+        "README.md": (f"---\n{card}---\n# ckpt\n" if card else "# ckpt\n").encode()})
+    return repo_id
+
+
+def test_torch_checkpoints_pass_safe_imports_and_deny_refuses_them_offline(
+        hub: Hub, tmp_path: Path) -> None:
+    repo_id = checkpoint_repo(hub, tmp_path / "w")
+    project = policy_project(tmp_path / "p")
+    added = run_wlock("add", repo_id, "--loader", "all", "--endpoint", hub.endpoint,
+                      cwd=project)
+    assert added.code == 0, added.stderr
+    repo = read_lock(project / "weights.lock").repos[0]
+    recorded = {p.path: p.imports for p in repo.pickles}
+    assert recorded["pytorch_model.bin"] == ("collections.OrderedDict", "torch.FloatStorage",
+                                             "torch._utils._rebuild_tensor_v2")
+    assert recorded["legacy.pt"] == recorded["pytorch_model.bin"]
+    assert run_wlock("lock", "--check", cwd=project).code == 0
+    # Policy changed to deny: lock --check refuses, offline, from the lock's record.
+    with (project / "weights.toml").open("a") as f:
+        f.write('\n[tool.wlock.policy]\npickle = "deny"\n')
+    denied = run_wlock("lock", "--check", "--endpoint", "http://127.0.0.1:9", cwd=project)
+    assert denied.code == 7, denied.stderr
+    assert f"{repo_id}: legacy.pt is a pickle, and the policy denies pickles" in denied.stderr
+    assert f"{repo_id}: pytorch_model.bin is a pickle" in denied.stderr
+    allowed = (project / "weights.toml").read_text().replace('"deny"', '"allow"')
+    (project / "weights.toml").write_text(allowed)
+    assert run_wlock("lock", "--check", cwd=project).code == 0
+
+
+def test_a_licence_outside_the_list_is_refused(hub: Hub, tmp_path: Path) -> None:
+    gpl = hub.unique_id("gpl")
+    hub.builder.commit("model", gpl, {"config.json": b"{}", "README.md":
+                                      b"---\nlicense: gpl-3.0\n---\n# gpl\n"})
+    other = hub.unique_id("other")
+    hub.builder.commit("model", other, {"config.json": b"{}", "README.md":
+                                        b"---\nlicense: other\nlicense_name: acme-research\n"
+                                        b"---\n"})
+    project = policy_project(tmp_path, 'licenses = ["apache-2.0", "MIT", "acme-research"]\n')
+    refused = run_wlock("add", gpl, "--endpoint", hub.endpoint, cwd=project)
+    assert refused.code == 7, refused.stderr
+    assert f"{gpl}: licence gpl-3.0 is not in the policy's licenses (apache-2.0, mit, " \
+        "acme-research)" in refused.stderr
+    fine = run_wlock("add", other, "--endpoint", hub.endpoint, cwd=project)
+    assert fine.code == 0, fine.stderr
+    repo = read_lock(project / "weights.lock").repos[0]
+    assert (repo.license, repo.license_name) == ("other", "acme-research")
+
+
+def test_remote_code_the_lock_does_not_hold_is_refused(hub: Hub, tmp_path: Path) -> None:
+    code = hub.unique_id("code")
+    hub.builder.commit("model", code, {"modeling_x.py": b"class XModel: pass\n"})
+    repo_id = hub.unique_id("remote")
+    auto_map = {"AutoModel": "modeling_x.XModel", "AutoConfig": f"{code}--modeling_x.XConfig"}
+    hub.builder.commit("model", repo_id, {
+        "config.json": json.dumps({"auto_map": auto_map}).encode(),
+        "modeling_x.py": b"class XModel: pass\n", "model.safetensors": b"\0" * 64})
+    entry = f'[[model]]\nid = "{repo_id}"\nloader = "transformers"\nexclude = ["modeling_x.py"]\n'
+    project = policy_project(tmp_path / "a", entries=entry)
+    refused = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert refused.code == 7, refused.stderr
+    assert f"{repo_id}: auto_map runs modeling_x.XModel, but modeling_x.py is not in the lock" \
+        in refused.stderr
+    # Both pieces of code locked (the other repo's as a requirement): accepted...
+    project = policy_project(tmp_path / "b", entries=entry.replace(
+        'exclude = ["modeling_x.py"]\n', ""))
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    assert read_lock(project / "weights.lock").find("model", code) is not None
+    # ... unless the lock lost the other repo (a hand edit): refused offline.
+    text = (project / "weights.lock").read_text()
+    start = text.index(f'[[model]]\nid = "{code}"')
+    end = text.find("[[model]]", start + 5)
+    (project / "weights.lock").write_text(text[:start] + (text[end:] if end != -1 else ""))
+    gone = run_wlock("lock", "--check", cwd=project)
+    assert gone.code == 7, gone.stderr
+    assert f"auto_map runs {code}--modeling_x.XConfig from {code}, which weights.lock does " \
+        "not lock" in gone.stderr
+    # remote-code = "deny": any of it is refused.
+    with (project / "weights.toml").open("a") as f:
+        f.write('\n[tool.wlock.policy]\nremote-code = "deny"\n')
+    denied = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert denied.code == 7 and "the policy denies remote code" in denied.stderr
+
+
+def test_audit_finds_a_pickle_swapped_on_disk_after_sync(hub: Hub, tmp_path: Path) -> None:
+    repo_id = checkpoint_repo(hub, tmp_path / "w")
+    project = policy_project(tmp_path / "p")
+    assert run_wlock("add", repo_id, "--loader", "all", "--endpoint", hub.endpoint,
+                     cwd=project).code == 0
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    clean = run_wlock("audit", "--cache-dir", str(cache), cwd=project)
+    assert clean.code == 0, clean.stdout + clean.stderr
+    assert "2 pickles scanned on disk, 0 judged from the lock; 0 violations" in clean.stderr
+    repo = read_lock(project / "weights.lock").repos[0]
+    blob = next(cache.glob("models--*/blobs/" + next(
+        f.etag for f in repo.files if f.path == "pytorch_model.bin")))
+    blob.chmod(0o644)
+    blob.write_bytes(torch_zip(malicious()["os.system-proto2.pkl"]))
+    found = run_wlock("audit", "--format", "json", "--cache-dir", str(cache), cwd=project)
+    assert found.code == 7, found.stderr
+    kinds = {(v["kind"], v["path"], v["detail"]) for v in json.loads(found.stdout)["violations"]}
+    assert ("pickle", "pytorch_model.bin", "os.system") in kinds
+    assert ("changed", "pytorch_model.bin", "os.system") in kinds
+    sarif = run_wlock("audit", "--format", "sarif", "--cache-dir", str(cache), cwd=project)
+    assert sarif.code == 7
+    assert {r["ruleId"] for r in json.loads(sarif.stdout)["runs"][0]["results"]} == {
+        "pickle", "changed"}
+
+
+def test_the_sbom_is_cyclonedx_1_6_and_validates(hub: Hub, tmp_path: Path) -> None:
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    base = hub.unique_id("base")
+    hub.builder.commit("model", base, {"config.json": b"{}", "model.safetensors": b"\1" * 64,
+                                       "README.md": b"---\nlicense: apache-2.0\n"
+                                       b"base_model: acme/pretrained\n---\n"})
+    hub.builder.configure("model", base, extra={"library_name": "transformers"})
+    lora = hub.unique_id("lora")
+    hub.builder.commit("model", lora, {
+        "adapter_config.json": json.dumps({"base_model_name_or_path": base}).encode(),
+        "adapter_model.safetensors": b"\2" * 32, "README.md": b"---\nlicense: mit\n---\n"})
+    hub.builder.configure("model", lora, extra={"library_name": "peft"})
+    project = policy_project(tmp_path)
+    assert run_wlock("add", lora, "--endpoint", hub.endpoint, cwd=project).code == 0
+    out = tmp_path / "weights.cdx.json"
+    made = run_wlock("sbom", "-o", str(out), cwd=project)
+    assert made.code == 0, made.stderr
+    text = out.read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    doc = json.loads(text)
+    assert doc["specVersion"] == "1.6" and doc["bomFormat"] == "CycloneDX"
+    lock = read_lock(project / "weights.lock")
+    components = {c["name"]: c for c in doc["components"]}
+    base_c = components[base]
+    base_repo = lock.find("model", base)
+    assert base_repo is not None
+    assert base_c["type"] == "machine-learning-model"
+    assert base_c["purl"] == f"pkg:huggingface/{base}@{base_repo.revision}"
+    assert base_c["licenses"] == [{"license": {"id": "Apache-2.0"}}]
+    assert base_c["pedigree"]["ancestors"][0]["name"] == "acme/pretrained"
+    hashes = {f["name"]: f.get("hashes") for f in base_c["components"]}
+    safetensors = next(f for f in base_repo.files if f.path == "model.safetensors")
+    assert hashes["model.safetensors"] == [{"alg": "SHA-256", "content": safetensors.sha256}]
+    deps = {d["ref"]: d.get("dependsOn", []) for d in doc["dependencies"]}
+    assert deps[components[lora]["bom-ref"]] == [base_c["bom-ref"]]
