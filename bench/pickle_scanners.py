@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.pickle_corpus import benign, malicious  # noqa: E402
+from tests.pickle_corpus import benign, malicious
 
 logging.disable(logging.WARNING)
 
