@@ -6,6 +6,7 @@ Hub attests, and turns the Hub's failures into WlockErrors that say what to do.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -81,6 +82,8 @@ class HubClient:
         self._api: HfApi = HfApi(endpoint=self.endpoint, token=token)
         self._token = token  # for the range reads of pickles; None: huggingface_hub's own
         self._sleep = sleep
+        self._lock = threading.Lock()
+        self._ranges: Any = None  # the httpx client of the range reads, made on first use
 
     def snapshot(self, kind: RepoKind, repo_id: str, ref: str) -> RemoteSnapshot:
         """Resolve `ref` to a commit and list its files in one request where the API allows.
@@ -131,53 +134,60 @@ class HubClient:
         """What the locked pickle `f` imports, read with HTTP ranges (its zip directory and
         data.pkl, or its pickles from the start), never its tensors. Returns the scan and
         the bytes read. Raises a HubError subclass (exit 5) naming the file."""
-        import httpx2
-
         from wlock.lock.pickles import RangeReader, scan
 
         prefix = "datasets/" if kind == "dataset" else ""
         url = f"{self.endpoint}/{prefix}{repo_id}/resolve/{revision}/{quote(f.path)}"
+        client = self._range_client()
+
+        def fetch(start: int, end: int) -> bytes:
+            import httpx2
+
+            if end <= start:
+                return b""
+            for attempt in range(1, MAX_TRANSPORT_ATTEMPTS + 1):
+                try:
+                    response = client.get(url, headers={"Range": f"bytes={start}-{end - 1}"})
+                except httpx2.TransportError as e:
+                    if attempt == MAX_TRANSPORT_ATTEMPTS:
+                        raise HubUnreachableError(
+                            f"cannot read {repo_id}: {f.path} from {self.endpoint}: "
+                            f"{redact(str(e)) or type(e).__name__}", repo=repo_id,
+                            hint="Check the network, or raise --timeout.") from None
+                    self._sleep(retry_delay(attempt, None))
+                    continue
+                if is_transient(response.status_code) and attempt < MAX_TRANSPORT_ATTEMPTS:
+                    self._sleep(retry_delay(attempt, response.headers.get("Retry-After")))
+                    continue
+                if response.status_code not in (200, 206):
+                    raise hub_error(response.status_code, response.headers.get("X-Error-Code"),
+                                    kind=kind, repo_id=repo_id, endpoint=self.endpoint,
+                                    attempts=attempt)
+                body: bytes = response.content
+                # A server that ignores Range answers 200 with the whole file.
+                return body[start:end] if response.status_code == 200 else body
+            raise AssertionError("unreachable")
+
+        reader = RangeReader(f.size, fetch)
+        return scan(reader, f.path), reader.bytes_read
+
+    def _range_client(self) -> Any:
+        """One httpx client for every range read of this lock (connections kept alive; it is
+        safe across threads). httpx drops Authorization on a redirect to another origin (the
+        CDN): the token never leaves the endpoint."""
+        import httpx2
         from huggingface_hub import get_token
 
-        headers = {"User-Agent": f"wlock/{__version__}"}
-        token = self._token or get_token()
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        # httpx drops Authorization on a redirect to another origin (the CDN): the token
-        # never leaves the endpoint.
-        with httpx2.Client(follow_redirects=True, timeout=self.timeout,
-                           headers=headers) as client:
-
-            def fetch(start: int, end: int) -> bytes:
-                if end <= start:
-                    return b""
-                for attempt in range(1, MAX_TRANSPORT_ATTEMPTS + 1):
-                    try:
-                        response = client.get(url, headers={"Range": f"bytes={start}-{end - 1}"})
-                    except httpx2.TransportError as e:
-                        if attempt == MAX_TRANSPORT_ATTEMPTS:
-                            raise HubUnreachableError(
-                                f"cannot read {repo_id}: {f.path} from {self.endpoint}: "
-                                f"{redact(str(e)) or type(e).__name__}", repo=repo_id,
-                                hint="Check the network, or raise --timeout.") from None
-                        self._sleep(retry_delay(attempt, None))
-                        continue
-                    if is_transient(response.status_code) and attempt < MAX_TRANSPORT_ATTEMPTS:
-                        self._sleep(retry_delay(attempt, response.headers.get("Retry-After")))
-                        continue
-                    if response.status_code not in (200, 206):
-                        raise hub_error(response.status_code,
-                                        response.headers.get("X-Error-Code"), kind=kind,
-                                        repo_id=repo_id, endpoint=self.endpoint,
-                                        attempts=attempt)
-                    body = response.content
-                    # A server that ignores Range answers 200 with the whole file.
-                    return body[start:end] if response.status_code == 200 else body
-                raise AssertionError("unreachable")
-
-            reader = RangeReader(f.size, fetch)
-            result = scan(reader, f.path)
-            return result, reader.bytes_read
+        with self._lock:
+            if self._ranges is None:
+                headers = {"User-Agent": f"wlock/{__version__}"}
+                token = self._token or get_token()
+                if token:
+                    headers["Authorization"] = f"Bearer {token}"
+                self._ranges = httpx2.Client(
+                    follow_redirects=True, timeout=self.timeout, headers=headers,
+                    limits=httpx2.Limits(max_connections=32, max_keepalive_connections=32))
+            return self._ranges
 
     def read_file(self, kind: RepoKind, repo_id: str, revision: str, path: str) -> bytes:
         """The bytes of one small file at a commit (an index, modules.json): what a loader's
