@@ -81,7 +81,7 @@ def main() -> None:
             took = time.monotonic() - started
             print(f"{'snapshot_download (all the bytes)':<34} {took:>6.2f}s  served "
                   f"{human_size(served(hub)):>9}")
-    return None
+    return
 
 
 if __name__ == "__main__":
