@@ -16,7 +16,11 @@ SHARED = ("wlock.models", "wlock.errors", "wlock.atomic", "wlock.hashing", "wloc
           "wlock.hubstatus", "wlock.fastcopy", "wlock.version")
 # module prefix -> what it must never import
 FORBIDDEN = {
-    "wlock.lock.": ("wlock.cache", "wlock.cli", "wlock.lint"),  # what to get: no tier
+    "wlock.lock.": ("wlock.cache", "wlock.cli", "wlock.lint", "wlock.policy"),  # no tier
+    # The policy judges what the resolver made and the lock records: it never resolves, and
+    # the resolver never knows it (it is passed in as `accept`).
+    "wlock.policy": ("wlock.lock.resolve", "wlock.lock.hub", "wlock.cli", "wlock.lint",
+                     "wlock.archive"),
     # A loader is a rule over a listing and the small files the resolver reads for it: it
     # never fetches by itself, nor knows the lock it goes into.
     "wlock.lock.loaders": ("wlock.lock.hub", "wlock.lock.resolve", "wlock.lock.lockfile"),
