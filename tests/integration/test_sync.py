@@ -109,6 +109,9 @@ def test_fresh_sync_is_what_huggingface_hub_reads_offline(hub: Hub, tmp_path: Pa
     assert next(iter(revisions["acme/tiny-squad"].revisions)).refs == frozenset({"v1.0"})
     # A filtered set must never get a trees/<commit>.json, which huggingface_hub trusts forever.
     assert not list(cache.glob("*/trees"))
+    # Nothing of wlock's own is left in the repo folders (an empty .wlock-staging/ was).
+    assert {p.name for repo in cache.glob("*s--*") for p in repo.iterdir()} == {
+        "blobs", "refs", "snapshots"}
 
     # A bare-name load, offline, in a fresh interpreter: follows refs/main to the locked commit.
     code = ("from huggingface_hub import hf_hub_download; "
@@ -459,7 +462,7 @@ def test_persistently_corrupt_bytes_fail_with_exit_1_and_never_enter_the_cache(
     # half-linked folder as the revision, and the half it built is gone with the sync (not
     # left for a later sync to clean up). The good blob is kept for the next sync.
     assert list((repo / "snapshots").iterdir()) == []
-    assert not list((repo / ".wlock-staging").iterdir())
+    assert not (repo / ".wlock-staging").exists()  # nor its empty folder
     config = next(f for f in read_lock(project / "weights.lock").repos[0].files
                   if f.path == "config.json")
     assert (repo / "blobs" / config.etag).is_file()

@@ -485,6 +485,12 @@ def _mkdir_past_stale_handles(folder: Path) -> None:
         try:
             os.mkdir(folder)
             return
+        except FileNotFoundError:
+            # Another sync removed the empty .wlock-staging/ just now (discard): again.
+            if attempt == 2:
+                raise
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder.parent)
         except OSError as e:
             if e.errno != errno.ESTALE or attempt == 2:
                 raise
@@ -545,8 +551,13 @@ class SnapshotBuild:
             ensure_link(self.paths, self.snapshot, f)
 
     def discard(self) -> None:
-        if self.staging is not None and os.path.lexists(self.staging):
-            shutil.rmtree(self.staging, ignore_errors=True)
+        if self.staging is not None:
+            if os.path.lexists(self.staging):
+                shutil.rmtree(self.staging, ignore_errors=True)
+            # .wlock-staging/ itself, once no sync builds in it: a cache we leave looks as
+            # huggingface_hub's own (another sync's staging keeps it: ENOTEMPTY).
+            with contextlib.suppress(OSError):
+                os.rmdir(self.staging.parent)
         self.staging = None
         self._lease.close()
 
