@@ -171,7 +171,8 @@ def test_a_folder_where_a_ref_belongs_is_named_and_left_alone(hub: Hub, tmp_path
     assert (ref / "keep").is_dir()
 
 
-@pytest.mark.parametrize("planted", ["link to a secret", "link to a commit", "fifo"])
+@pytest.mark.parametrize("planted", ["link to a secret", "link to a commit", "fifo",
+                                     "refs/ a link out of the cache"])
 def test_a_ref_that_is_a_link_is_neither_read_nor_followed(
     hub: Hub, tmp_path: Path, sentinel: Path, planted: str
 ) -> None:
@@ -190,16 +191,32 @@ def test_a_ref_that_is_a_link_is_neither_read_nor_followed(
     elif planted == "link to a commit":
         (sentinel / "x" / "main").write_text(revision)
         ref.symlink_to(sentinel / "x" / "main")
-    else:
+    elif planted == "fifo":
         os.mkfifo(ref)  # a reader that waited for a writer would never return
+    else:
+        (sentinel / "x" / "main").write_text(revision)
+        ref.parent.rmdir()
+        ref.parent.symlink_to(sentinel / "x")
     before = tree_digest(sentinel)
     checked = run_wlock("check", "--cache-dir", str(cache), cwd=project)
     assert checked.code == 0
-    assert "note: acme/tiny-bert: the shared refs/main points at no commit there" \
-        in checked.stderr
+    # What is there is said, and no other project is blamed (it was "points at no commit
+    # there (another project's sync?)").
+    what = {"fifo": f"{ref} holds no commit",
+            "refs/ a link out of the cache": f"{ref.parent} is a symbolic link, where the "
+            "cache needs a folder"}.get(
+        planted, f"{ref} is a symbolic link, which wlock does not read through")
+    assert (f"note: acme/tiny-bert: refs/main does not point at this lock's {revision[:7]}: "
+            f"{what}; `wlock sync` writes it") in checked.stderr, checked.stderr
+    assert "another project" not in checked.stderr
     assert "TOPSECRET" not in checked.stdout + checked.stderr
-    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                     cwd=project).code == 0
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project)
+    if planted == "refs/ a link out of the cache":
+        assert synced.code == 6 and f"{ref.parent} is a symbolic link" in synced.stderr
+        assert tree_digest(sentinel) == before
+        return
+    assert synced.code == 0
     assert not ref.is_symlink() and ref.is_file()  # replaced, its target untouched
     assert ref.read_text() == revision
     assert tree_digest(sentinel) == before

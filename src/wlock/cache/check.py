@@ -13,7 +13,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from wlock.cache.layout import RepoPaths, folder_problem, follows_ref, link_target, read_ref
+from wlock.cache.layout import (
+    RepoPaths,
+    describe_ref,
+    folder_problem,
+    follows_ref,
+    link_target,
+)
 from wlock.hashing import HashPool
 from wlock.models import CheckReport, Lock, LockedFile, LockedRepo, Problem, ProblemKind
 
@@ -51,7 +57,7 @@ def check_cache(
                 # The cache may be shared with projects that lock the same branch elsewhere:
                 # a ref at another commit is worth saying, not a failure. `wlock run` gives
                 # this project its own refs (wlock.cache.view).
-                ref = read_ref(paths, repo.requested) or "no commit there"
+                ref = describe_ref(paths, repo.requested)
                 if ref != repo.revision:
                     notes.append(Problem("wrong-ref", repo.kind, repo.id,
                                          f"refs/{repo.requested}", repo.revision, ref))

@@ -208,6 +208,21 @@ def read_ref(paths: RepoPaths, name: str) -> str | None:
     return text if is_commit(text) else None
 
 
+def describe_ref(paths: RepoPaths, name: str) -> str:
+    """The commit `refs/<name>` holds, else what is there instead, in words (for a note that
+    must not blame another project for a link or a file that is not a ref)."""
+    if (commit := read_ref(paths, name)) is not None:
+        return commit
+    ref = paths.ref(name)
+    if (problem := folder_problem(paths, ref.parent)) is not None:
+        return problem
+    if os.path.islink(ref):
+        return f"{ref} is a symbolic link, which wlock does not read through"
+    if not os.path.lexists(ref):
+        return "no ref file"
+    return f"{ref} holds no commit"
+
+
 def temp_blob_path(paths: RepoPaths, etag: str) -> Path:
     return temp_path_for(paths.blob(etag), TEMP_SUFFIX)
 

@@ -55,10 +55,14 @@ def check(jobs: int | None, settings: Settings) -> None:
         for problem in report.problems:
             click.echo(problem.render())
         for note in report.notes:
-            found = note.actual[:7] if len(note.actual) == 40 else note.actual
-            warn(f"{note.repo_id}: the shared {note.path} points at {found}, "
-                 f"not this lock's {note.expected[:7]} (another project's sync?); "
-                 "`wlock run` loads this lock's commit regardless.", label="note")
+            if len(note.actual) == 40:
+                warn(f"{note.repo_id}: the shared {note.path} points at {note.actual[:7]}, "
+                     f"not this lock's {note.expected[:7]} (another project's sync?); "
+                     "`wlock run` loads this lock's commit regardless.", label="note")
+            else:  # not another commit: nothing to blame on a neighbour
+                warn(f"{note.repo_id}: {note.path} does not point at this lock's "
+                     f"{note.expected[:7]}: {note.actual}; `wlock sync` writes it, and "
+                     "`wlock run` loads this lock's commit regardless.", label="note")
         summary = (f"{count(report.repos, 'repo')}, {count(report.files, 'file')}, "
                    f"{human_size(report.bytes_hashed)} hashed in {report.seconds:.2f}s")
         if report.ok:
