@@ -353,3 +353,24 @@ def test_a_server_killed_mid_sync_ends_it_in_seconds_with_one_line_per_cause(
     assert len(report) <= 4, err  # the header, at most a line per cause, the hint
     assert any(line.startswith(f"  cannot connect to {own.endpoint}: ") for line in report)
     assert elapsed < 30, elapsed
+
+
+def test_out_of_inodes_with_many_small_files_is_one_cause_naming_real_files(
+        hub: Hub, tmp_path: Path) -> None:
+    """Issue 28: running out of inodes printed 182 error lines (each with its temp file), and
+    a disk filling during small downloads named the files "?, ?, ?"."""
+    repo_id = hub.unique_id("many")
+    hub.builder.commit("model", repo_id, {f"f/{n:03d}.json": b"{}" * (n + 1)
+                                          for n in range(150)})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    with tmpfs(tmp_path / "few-inodes", "64m,nr_inodes=60") as mount:
+        result = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir",
+                           str(mount / "cache"), cwd=project)
+    assert result.code == 6, result.stderr
+    assert "?" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("  ")]
+    assert len(errors) <= 3, result.stderr
+    assert "No space left on device" in result.stderr
+    assert f"{repo_id}/f/" in result.stderr, result.stderr  # real files named
+    assert "files failed" in result.stderr

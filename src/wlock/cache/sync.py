@@ -521,10 +521,13 @@ def _download_all(
                 try:
                     fetched += future.result()
                 except (HubError, IntegrityFailure, LocalError) as e:
+                    # Every failure names its file, so a report grouped by cause lists the
+                    # files it hit (it said "?, ?, ?" for a disk that filled up).
+                    e.subject = e.subject or f"{repo.id}/{f.path}"
                     failures.append(e)
                     failed.add((*repo.key, f.etag))
                 except OSError as e:
-                    failures.append(_local(e, cache_dir))
+                    failures.append(_local(e, cache_dir, f"{repo.id}/{f.path}"))
                     failed.add((*repo.key, f.etag))
         except BaseException:
             # Ctrl-C: stop the transfers in flight instead of waiting for them to finish.
@@ -535,10 +538,14 @@ def _download_all(
     return fetched, from_hub[0], failures, failed
 
 
-def _local(e: OSError, cache_dir: Path) -> LocalError:
+def _local(e: OSError, cache_dir: Path, subject: str | None = None) -> LocalError:
+    """A file's write that the machine refused. Its cause (the cache and the error, not the
+    temp file's name) groups the files one full disk or one exhausted inode table hit."""
+    cause = f"cannot write the cache at {cache_dir}: {e.strerror or e}"
     return LocalError(
-        f"cannot write the cache at {cache_dir}: {e.strerror or e}"
+        (f"{subject}: " if subject else "") + cause
         + (f" ({e.filename})" if e.filename else ""),
-        hint="Check that the cache folder is writable and has free space, or point "
-        "--cache-dir (or HF_HOME) elsewhere.",
+        hint="Check that the cache folder is writable and has free space (and free inodes: "
+        "`df -i`), or point --cache-dir (or HF_HOME) elsewhere.",
+        cause=cause, subject=subject,
     )
