@@ -202,7 +202,11 @@ class Transfer:
                 raise self._down_error(job)
             try:
                 if job.size >= LARGE_FILE:
-                    actual_hash, actual_size = self._fetch_large(job, self._resolve(job))
+                    # A file that failed is tried again with half the connections: on a
+                    # flaky link fewer ranges fail at once, and each has more tries left.
+                    connections = max(1, self._per_file >> (attempt - 1))
+                    actual_hash, actual_size = self._fetch_large(job, self._resolve(job),
+                                                                 connections)
                 else:
                     actual_hash, actual_size = self._fetch_small(job)
                 break
@@ -332,9 +336,9 @@ class Transfer:
         prefix = self._shortcuts.get(_repo_key(job)) if job.hash_kind == "git-sha1" else None
         return prefix + quote(job.path) if prefix else None
 
-    def _fetch_large(self, job: FetchJob, url: str) -> tuple[str, int]:
+    def _fetch_large(self, job: FetchJob, url: str, connections: int) -> tuple[str, int]:
         payload = {"url": url, "temp": str(job.temp), "hash_kind": job.hash_kind,
-                   "headers": self._headers_for(url), "connections": self._per_file}
+                   "headers": self._headers_for(url), "connections": connections}
         done = threading.Event()
         outcome: dict[str, Any] = {}
         running: dict[str, subprocess.Popen[str]] = {}

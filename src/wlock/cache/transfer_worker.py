@@ -26,6 +26,7 @@ from wlock.hashing import hash_file
 # time the same within noise (hf_transfer alone, 2 to 16 MiB: 1.5 to 1.8 s either way).
 # 4 MiB keeps a distant CDN's round trip per range small beside its transfer.
 CHUNK = 4 * 1024 * 1024
+MAX_RANGE_RETRIES = 8
 PARENT_ENV = "WLOCK_TRANSFER_PARENT"
 
 
@@ -35,9 +36,15 @@ def download_and_hash(
     import hf_transfer
 
     try:
+        # hf_transfer gives a download up when more of its ranges are failing at once than
+        # `parallel_failures`, or one range fails `max_retries` times. Every connection may
+        # be retrying at once on a flaky link (with min(2, connections), `--jobs 1` put 8
+        # connections on one file and failed 5 of 5 syncs on a CDN failing one request in
+        # two); a range gets 8 tries (backoff inside hf_transfer), so the file is not lost
+        # to one unlucky range.
         hf_transfer.download(
             url=url, filename=temp, max_files=connections, chunk_size=CHUNK,
-            parallel_failures=min(2, connections), max_retries=3, headers=headers,
+            parallel_failures=connections, max_retries=MAX_RANGE_RETRIES, headers=headers,
         )
         size = os.stat(temp).st_size
         return {"ok": True, "hash": hash_file(Path(temp), hash_kind), "size": size}

@@ -11,7 +11,8 @@ redirect's Location header, sent as given, so "?moved=1" points at the same path
 connection silent for `seconds`, default 600), `corrupt` (flip one byte of the body),
 `drop` (close the connection without answering), `delay` (`delay_ms`), and
 `inject_file` (add `name` to every file listing of the matched repo: a malicious listing).
-A rule with `times` fires that many times, then stops; without it, it fires forever.
+A rule with `times` fires that many times, then stops; without it, it fires forever. With
+`every: N` it fires on every N-th matching request only (2: a flaky link failing one in two).
 `match` is searched in the URL's path; `query`, when given, must also be found in its query
 string (`"query": "^$"`: only requests without one).
 """
@@ -37,13 +38,15 @@ class Rule:
     times: int | None = None
     query: re.Pattern[str] | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    every: int = 1  # fire on every `every`-th matching request (2: one in two)
+    seen: int = 0
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Rule:
         action = raw["action"]
         if action not in ACTIONS:
             raise ValueError(f"unknown fault action {action!r}")
-        known = {"action", "match", "method", "listener", "times", "query"}
+        known = {"action", "match", "method", "listener", "times", "query", "every"}
         return cls(
             action=action,
             match=re.compile(raw.get("match", "")),
@@ -52,6 +55,7 @@ class Rule:
             times=raw.get("times"),
             query=re.compile(raw["query"]) if "query" in raw else None,
             params={k: v for k, v in raw.items() if k not in known},
+            every=max(1, int(raw.get("every", 1))),
         )
 
 
@@ -85,6 +89,9 @@ class Faults:
                 if not rule.match.search(path):
                     continue
                 if rule.query is not None and not rule.query.search(query):
+                    continue
+                rule.seen += 1
+                if rule.seen % rule.every:
                     continue
                 if rule.times is not None:
                     rule.times -= 1
