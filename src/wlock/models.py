@@ -334,6 +334,9 @@ class SyncResult:
     restored: dict[str, list[int]] = field(default_factory=dict)
     # One line per blob a source held with wrong bytes (refused, then fetched elsewhere).
     refused: tuple[str, ...] = ()
+    # Files (and bytes) another sync, on this node or another, published while this one
+    # waited for them: in no other count, so the report still adds up to the lock.
+    by_others: tuple[int, int] = (0, 0)
 
 
 ProblemKind = Literal["missing", "wrong-size", "wrong-hash", "wrong-link", "wrong-ref", "unsafe"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -495,9 +496,21 @@ def test_concurrent_syncs_download_each_blob_once(hub: Hub, tmp_path: Path) -> N
             "--cache-dir", str(cache)]
     procs = [subprocess.Popen(argv, cwd=project, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    total = len(repo.files)
+    others = 0
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
+        # Issue 28: each report adds up to the locked files, the ones another sync
+        # published while this one waited included (they were in no count).
+        summary = re.search(r"Synced 1 repo \((\d+) files\) in [\d.]+s: (.*)\.$", err.strip())
+        assert summary is not None, err
+        counted = sum(int(n.replace(",", "")) for n in re.findall(
+            r"(?:^|; )([\d,]+) (?:files?|empty files?)", summary.group(2)))
+        assert int(summary.group(1)) == total and counted == total, err
+        found = re.search(r"([\d,]+) files? \([^)]*\) published by another sync", err)
+        others += int(found.group(1)) if found else 0
+    assert others > 0  # some sync did wait for another's blobs
     assert downloads() == alone  # once, as if a single sync had run
     assert check(project, cache).code == 0
 

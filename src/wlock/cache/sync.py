@@ -296,7 +296,7 @@ def execute_plan(
             # appears meanwhile was published by another writer and is kept.
             wrong_blobs: set[tuple[str, str, str]] = {
                 (*r.repo.key, f.etag) for r in work for f in r.corrupt}
-            fetched_bytes, hub_files, failures, failed_blobs = _download_all(
+            fetched_bytes, hub_files, failures, failed_blobs, by_others = _download_all(
                 downloads, cache_dir, endpoint, token, jobs, connections, timeout, wrong_blobs,
                 builds, _Sources(sources, offline, restored, refused),
                 on_start, on_bytes, on_done,
@@ -323,7 +323,7 @@ def execute_plan(
     return SyncResult(plan=plan, fetched_files=hub_files,
                       fetched_bytes=fetched_bytes - sum(b for _, b in restored.values()),
                       seconds=time.monotonic() - started,
-                      restored=restored, refused=tuple(refused))
+                      restored=restored, refused=tuple(refused), by_others=by_others)
 
 
 def _offline_error(repo: LockedRepo, f: LockedFile, asked: str = "") -> OfflineError:
@@ -404,9 +404,10 @@ def _download_all(
     on_start: Callable[[str, int], None] | None,
     on_bytes: Callable[[str, int], None] | None,
     on_done: Callable[[str, int], None] | None,
-) -> tuple[int, int, list[WlockError], set[tuple[str, str, str]]]:
+) -> tuple[int, int, list[WlockError], set[tuple[str, str, str]], tuple[int, int]]:
     """Fetch every blob; returns the bytes fetched (from any source), the files the Hub
-    served, the failures and the blobs that failed."""
+    served, the failures, the blobs that failed, and the files (and bytes) another sync
+    published while this one waited for them."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     from wlock.cache.transfer import LARGE_FILE, FetchJob, IntegrityError, Transfer
@@ -415,6 +416,7 @@ def _download_all(
     failed: set[tuple[str, str, str]] = set()
     fetched = 0
     from_hub = [0]  # files the Hub served (not another writer, a source, or an empty file)
+    by_others = [0, 0]  # files (and bytes) another sync published while this one waited
     counting = threading.Lock()
 
     def report(job: FetchJob, n: int) -> None:
@@ -457,7 +459,10 @@ def _download_all(
             if on_bytes and settled != waited[0]:
                 on_bytes(label, settled - waited[0])
             if not mine and not wrong:
-                return 0  # another sync (another node) published it meanwhile
+                with counting:  # another sync (another node) published it meanwhile
+                    by_others[0] += 1
+                    by_others[1] += f.size
+                return 0
             temp = temp_blob_path(paths, f.etag)
             with LEASES.hold(temp):
                 found = sources.fetch(repo, f, temp)
@@ -535,7 +540,7 @@ def _download_all(
                 pool.shutdown(wait=False, cancel_futures=True)
             transfer.abort()
             raise
-    return fetched, from_hub[0], failures, failed
+    return fetched, from_hub[0], failures, failed, (by_others[0], by_others[1])
 
 
 def _local(e: OSError, cache_dir: Path, subject: str | None = None) -> LocalError:

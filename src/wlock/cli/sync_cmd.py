@@ -161,6 +161,9 @@ def _summary(plan: SyncPlan, result: SyncResult) -> str:
                      f"({human_size(result.fetched_bytes)}) from the Hub")
     parts += [f"{count(n, 'file')} ({human_size(b)}) from {label}"
               for label, (n, b) in result.restored.items()]
+    if result.by_others[0]:
+        parts.append(f"{count(result.by_others[0], 'file')} "
+                     f"({human_size(result.by_others[1])}) published by another sync meanwhile")
     empty = sum(1 for r in plan.repos for f in r.downloads if not f.size)
     if empty:
         parts.append(f"{count(empty, 'empty file')} written")
@@ -227,6 +230,8 @@ def _result_json(plan: SyncPlan, result: SyncResult | None, *, dry_run: bool,
         "restored": {label: {"files": n, "bytes": b}
                      for label, (n, b) in (result.restored.items() if result else ())},
         "refused": list(result.refused) if result else [],
+        "by_other_syncs": {"files": result.by_others[0] if result else 0,
+                           "bytes": result.by_others[1] if result else 0},
         "seconds": round(result.seconds, 3) if result else 0.0,
     }
 
