@@ -154,3 +154,46 @@ def test_a_required_token_guards_every_byte(
                              str(tmp_path / "n3"), cwd=project, env={"HF_TOKEN": secret})
         assert accepted.code == 0, accepted.stderr
         assert secret not in accepted.stderr + accepted.stdout
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_a_blob_that_rots_while_served_is_never_sent_whole(
+    hub: Hub, tmp_path: Path, node: Node, size: str
+) -> None:
+    """Issue 28: serve verified the cache once, at start; a blob overwritten afterwards was
+    served as it was, and snapshot_download (which verifies nothing) kept the wrong bytes.
+    Now a whole file is hashed as it streams and cut short on a mismatch; a range comes only
+    from a blob verified as it is now; the blob is refused until it is replaced."""
+    model = node.entry("model")
+    name = "config.json" if size == "small" else "model.safetensors"
+    f = next(x for x in model.files if x.path == name)
+    blob = next(node.cache.glob(f"models--*/blobs/{f.etag}"))
+    with serving(node.project, node.cache) as (endpoint, output):
+        # The bytes change under the server, same size (bit rot, or a careless overwrite).
+        data = bytearray(blob.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        blob.chmod(0o644)
+        blob.write_bytes(bytes(data))
+        other = tmp_path / "hf-node2"
+        with pytest.raises(Exception) as failed:  # noqa: PT011 - whichever error it raises
+            hf_hub_download(model.id, name, revision=model.revision, endpoint=endpoint,
+                            cache_dir=other)
+        assert failed.value is not None
+        # Nothing with the wrong bytes was kept under the file's name.
+        kept = list(other.rglob(name)) if other.exists() else []
+        assert all(hashlib.sha256(p.read_bytes()).hexdigest() != hashlib.sha256(
+            bytes(data)).hexdigest() for p in kept)
+        assert not list(other.glob(f"models--*/blobs/{f.etag}"))
+        # wlock sync on the other node refuses it too (and says which file).
+        synced = run_wlock("sync", "--endpoint", endpoint, "--cache-dir",
+                           str(tmp_path / "node3"), cwd=node.project)
+        assert synced.code != 0 and name in synced.stderr, synced.stderr
+        # Repaired on this node, it is served again.
+        assert run_wlock("sync", "--verify", "--endpoint", hub.endpoint, "--cache-dir",
+                         str(node.cache), cwd=node.project).code == 0
+        path = hf_hub_download(model.id, name, revision=model.revision, endpoint=endpoint,
+                               cache_dir=tmp_path / "hf-node4")
+        got = Path(path).read_bytes()
+        assert (hashlib.sha256(got).hexdigest() if f.sha256 else hashlib.sha1(
+            b"blob %d\0" % len(got) + got, usedforsecurity=False).hexdigest()) == f.etag
+    assert f"blob {blob} is not served" in output["stderr"], output["stderr"]

@@ -12,10 +12,12 @@ huggingface_hub 2.x expects of it:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -256,8 +258,12 @@ class _Handler(BaseHTTPRequestHandler):
         body = f"{reason}. Redirecting to {location}".encode()
         self._send(status, body, {"Location": location, **headers}, "text/plain; charset=utf-8")
 
-    def _send_file(self, path: Path, size: int, headers: dict[str, str]) -> None:
-        """Serve bytes with Range support, through sendfile: the emulator is never the limit."""
+    def _send_file(self, path: Path, size: int, headers: dict[str, str],
+                   key: str | None = None) -> None:
+        """Serve bytes with Range support, through sendfile: the emulator is never the limit.
+        A store with a `guard` (`wlock serve`: wlock.cache.serve.BlobGuard) has them checked
+        against `key`, the blob's hash: a whole file is hashed as it streams and its last
+        chunk sent only if it matches; a range only from a blob verified as it is now."""
         start, end, status = 0, size - 1, 200
         range_header = self.headers.get("Range")
         if range_header:
@@ -265,6 +271,16 @@ class _Handler(BaseHTTPRequestHandler):
             status = 206
             headers["Content-Range"] = f"bytes {start}-{end}/{size}"
         length = max(0, end - start + 1)
+        guard = getattr(self.server.app.store, "guard", None)
+        if guard is not None and key is not None and self.command == "GET":
+            whole = start == 0 and length == size
+            # A whole file is checked as it streams; anything else must be verified first.
+            if (problem := guard.refused(key, path) if not whole else
+                    guard.refused_as_is(key, path)) is not None:
+                raise _HttpError(404, "EntryNotFound", problem)
+            if whole and length:
+                self._send_guarded(path, size, headers, guard, key)
+                return
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(length))
@@ -627,6 +643,41 @@ class _Handler(BaseHTTPRequestHandler):
         headers["X-Linked-Etag"] = f'"{f.blob_id}"'
         self._redirect(307, location, headers)
 
+    def _send_guarded(self, path: Path, size: int, headers: dict[str, str], guard: Any,
+                      key: str) -> None:
+        """The whole file, hashed as it goes; the last chunk only once the hash is the
+        blob's name. On a mismatch the connection ends short: the client sees a truncated
+        body (Content-Length says more), never a complete file with the wrong bytes."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(size))
+        self.send_header("Accept-Ranges", "bytes")
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self._logged is not None:
+            self._logged["bytes"] = size
+        digest = guard.hasher(key)
+        held = b""
+        with open(path, "rb") as f:
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                digest.update(chunk)
+                if held:
+                    self.wfile.write(held)
+                held = chunk
+        if guard.finished(key, path, digest.hexdigest()):
+            self.wfile.write(held)
+        else:
+            if self._logged is not None:
+                self._logged["status"] = "cut"
+            self.close_connection = True
+            self.wfile.flush()
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+
     def _resolve_cache(self, kind: str, segments: list[str]) -> None:
         commit_at = next(
             (i for i, s in enumerate(segments) if len(s) == 40 and i in (1, 2)), None
@@ -642,7 +693,8 @@ class _Handler(BaseHTTPRequestHandler):
         if f is None or f.lfs or store_path is None:
             raise _HttpError(404, "EntryNotFound", f"Entry not found: {path}")
         self._send_file(
-            store_path, f.size, {"ETag": f'"{f.blob_id}"', "X-Repo-Commit": commit.sha}
+            store_path, f.size, {"ETag": f'"{f.blob_id}"', "X-Repo-Commit": commit.sha},
+            key=f.sha256,
         )
 
     # -- the CDN ---------------------------------------------------------------------------
@@ -657,7 +709,7 @@ class _Handler(BaseHTTPRequestHandler):
         if store_path is None:
             raise _HttpError(404, None, "NoSuchKey")
         size = os.stat(store_path).st_size
-        self._send_file(store_path, size, {"ETag": f'"{parts[1]}"'})
+        self._send_file(store_path, size, {"ETag": f'"{parts[1]}"'}, key=parts[1])
 
 
     def _check_signature(self, sha256: str, query: dict[str, list[str]]) -> None:
