@@ -176,6 +176,24 @@ def test_an_api_that_never_answers_ends_lock_with_exit_5(hub: Hub, tmp_path: Pat
     assert not (project / "weights.lock").exists()
 
 
+def test_add_takes_a_timeout_and_leaves_weights_toml_as_it_was(
+        hub: Hub, tmp_path: Path) -> None:
+    """Issue 28: `wlock add` talks to the Hub (to check the entry, choose its loader and
+    lock it) but took no --timeout."""
+    project = write_project(tmp_path / "p", "")
+    before = (project / "weights.toml").read_bytes()
+    hub.process.faults({"action": "delay", "match": "^/api/models/", "delay_ms": 120_000})
+    started = time.monotonic()
+    result = run_wlock("add", "acme/tiny-bert", "--endpoint", hub.endpoint, "--timeout",
+                       str(TIMEOUT), cwd=project)
+    elapsed = time.monotonic() - started
+    assert result.code == 5, result.stderr
+    assert f"no answer within {TIMEOUT:g}s, 2 times" in result.stderr
+    assert "weights.toml was left as it was" in result.stderr
+    assert (project / "weights.toml").read_bytes() == before
+    assert elapsed < 2 * TIMEOUT + 15, elapsed
+
+
 def test_a_dead_endpoint_ends_the_sync_quickly_with_one_line_per_cause(
     tmp_path: Path, sharded: Path, hub: Hub
 ) -> None:
