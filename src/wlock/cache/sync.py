@@ -273,6 +273,7 @@ def execute_plan(
     failed_blobs: set[tuple[str, str, str]] = set()
     downloads = [(r.repo, f) for r in work for f in r.downloads]
     fetched_bytes = hub_files = 0
+    by_others = (0, 0)
     restored: dict[str, list[int]] = {}
     refused: list[str] = []
     # Links only to blobs that are in, the ref last: a snapshot never points at a missing
