@@ -96,7 +96,8 @@ def test_a_lock_made_before_loaders_reads_checks_and_relocks_byte_for_byte(
     project = tmp_path / "p"
     project.mkdir()
     (project / "weights.toml").write_bytes((ROOT / "fixtures/example/weights.toml").read_bytes())
-    old = (ROOT / "weights.lock.example").read_bytes()
+    # The example lock as wlock wrote it before loaders, pickle scans and cards existed.
+    old = (ROOT / "fixtures/locks/made-before-loaders.lock").read_bytes()
     (project / "weights.lock").write_bytes(old)
     assert run_wlock("lock", "--check", cwd=project).code == 0
     relocked = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)

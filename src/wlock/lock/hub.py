@@ -23,7 +23,7 @@ from wlock.errors import (
 )
 from wlock.hubstatus import hub_error, is_transient, retry_delay
 from wlock.lock.lockfile import is_commit
-from wlock.lock.names import file_path_problem
+from wlock.lock.names import file_path_problem, repo_id_problem
 from wlock.models import LockedFile, PickleScan, RepoKind
 from wlock.version import __version__
 
@@ -125,8 +125,10 @@ class HubClient:
             license=license_id if isinstance(license_id, str) else None,
             license_name=card["license_name"] if isinstance(card.get("license_name"), str)
             else None,
+            # Repo ids only: a card written by a local save names a folder (provenance that
+            # means nothing on another machine).
             base_models=tuple(b for b in ([base] if isinstance(base, str) else base or ())
-                              if isinstance(b, str)),
+                              if isinstance(b, str) and repo_id_problem(b) is None),
         )
 
     def scan_pickle(self, kind: RepoKind, repo_id: str, revision: str, f: LockedFile

@@ -25,7 +25,7 @@ from typing import Any
 
 from wlock.errors import InvalidFileError
 from wlock.lock.lockfile import render_lock
-from wlock.models import Lock, LockedFile, LockedRepo
+from wlock.models import Lock, LockedFile, LockedRepo, PickleScan
 
 SCHEMA = 1
 
@@ -98,6 +98,14 @@ def make_record(lock: Lock, lock_path: Path, cache_dir: Path,
             "snapshot": str(snapshot(repo)),
             "include": list(repo.include),
             "exclude": list(repo.exclude),
+            # What the resolver recorded beside the files (the loader's choice, the models it
+            # requires, the card, the pickles' imports): the lock is rebuilt from all of it.
+            "loader": repo.loader, "variant": repo.variant, "requires": list(repo.requires),
+            "skipped": list(repo.skipped), "skipped_size": repo.skipped_size,
+            "license": repo.license, "license_name": repo.license_name,
+            "base_models": list(repo.base_models), "remote_code": list(repo.remote_code),
+            "pickles": [{"path": p.path, "imports": list(p.imports), "pickle": p.pickle}
+                        for p in repo.pickles],
             "file_list": [{"path": f.path, "size": f.size,
                            f.hash_kind.replace("-", "_"): f.etag} for f in repo.files],
         })
@@ -163,10 +171,17 @@ def lock_from_record(log: Path, run_id: str | None = None) -> tuple[Lock, dict[s
             files = tuple(LockedFile(path=f["path"], size=int(f["size"]),
                                      sha256=f.get("sha256"), git_sha1=f.get("git_sha1"))
                           for f in r["file_list"])
-            repos.append(LockedRepo(kind=r["kind"], id=r["id"], requested=r["requested"],
-                                    revision=r["revision"], files=files,
-                                    include=tuple(r.get("include", ())),
-                                    exclude=tuple(r.get("exclude", ()))))
+            repos.append(LockedRepo(
+                kind=r["kind"], id=r["id"], requested=r["requested"], revision=r["revision"],
+                files=files, include=tuple(r.get("include", ())),
+                exclude=tuple(r.get("exclude", ())), loader=r.get("loader"),
+                variant=r.get("variant"), requires=tuple(r.get("requires", ())),
+                skipped=tuple(r.get("skipped", ())), skipped_size=int(r.get("skipped_size", 0)),
+                license=r.get("license"), license_name=r.get("license_name"),
+                base_models=tuple(r.get("base_models", ())),
+                remote_code=tuple(r.get("remote_code", ())),
+                pickles=tuple(PickleScan(p["path"], tuple(p["imports"]), bool(p["pickle"]))
+                              for p in r.get("pickles", ()))))
         except (KeyError, TypeError, ValueError) as e:
             raise InvalidFileError(str(log), f"a record of run {run_id} lacks {e}",
                                    line=number) from e
