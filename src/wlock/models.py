@@ -6,7 +6,7 @@ from array import array
 from binascii import unhexlify
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 RepoKind = Literal["model", "dataset"]
 REPO_KINDS: tuple[RepoKind, ...] = ("model", "dataset")
@@ -337,6 +337,9 @@ class SyncResult:
     # Files (and bytes) another sync, on this node or another, published while this one
     # waited for them: in no other count, so the report still adds up to the lock.
     by_others: tuple[int, int] = (0, 0)
+    # What the link probe measured and chose (wlock.cache.transfer.LinkTuning), when large
+    # files came from the Hub.
+    link: Any = None
 
 
 ProblemKind = Literal["missing", "wrong-size", "wrong-hash", "wrong-link", "wrong-ref", "unsafe"]

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from stat import S_ISREG
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wlock.cache.layout import (
     LEASES,
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 from wlock.units import human_size
 
 DEFAULT_JOBS = 4
-DEFAULT_CONNECTIONS = 8
+DEFAULT_CONNECTIONS = 64  # a ceiling: Transfer.tune uses them only where they help
 DEFAULT_TIMEOUT = 30.0  # seconds without a byte before a transfer is cancelled and retried
 # Small files at once, whatever --jobs says: each is a request or two of Hub latency (tens of
 # ms on the real Hub), so concurrency, not bandwidth, bounds them. Measured with
@@ -274,6 +274,7 @@ def execute_plan(
     downloads = [(r.repo, f) for r in work for f in r.downloads]
     fetched_bytes = hub_files = 0
     by_others = (0, 0)
+    tuning: list[Any] = [None]  # the link as the probe found it (Transfer.tune)
     restored: dict[str, list[int]] = {}
     refused: list[str] = []
     # Links only to blobs that are in, the ref last: a snapshot never points at a missing
@@ -300,7 +301,7 @@ def execute_plan(
             fetched_bytes, hub_files, failures, failed_blobs, by_others = _download_all(
                 downloads, cache_dir, endpoint, token, jobs, connections, timeout, wrong_blobs,
                 builds, _Sources(sources, offline, restored, refused),
-                on_start, on_bytes, on_done,
+                on_start, on_bytes, on_done, tuning,
             )
         try:
             for r in work:
@@ -324,7 +325,8 @@ def execute_plan(
     return SyncResult(plan=plan, fetched_files=hub_files,
                       fetched_bytes=fetched_bytes - sum(b for _, b in restored.values()),
                       seconds=time.monotonic() - started,
-                      restored=restored, refused=tuple(refused), by_others=by_others)
+                      restored=restored, refused=tuple(refused), by_others=by_others,
+                      link=tuning[0])
 
 
 def _offline_error(repo: LockedRepo, f: LockedFile, asked: str = "") -> OfflineError:
@@ -405,13 +407,20 @@ def _download_all(
     on_start: Callable[[str, int], None] | None,
     on_bytes: Callable[[str, int], None] | None,
     on_done: Callable[[str, int], None] | None,
+    tuning: list[Any],
 ) -> tuple[int, int, list[WlockError], set[tuple[str, str, str]], tuple[int, int]]:
     """Fetch every blob; returns the bytes fetched (from any source), the files the Hub
     served, the failures, the blobs that failed, and the files (and bytes) another sync
     published while this one waited for them."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
-    from wlock.cache.transfer import LARGE_FILE, FetchJob, IntegrityError, Transfer
+    from wlock.cache.transfer import (
+        LARGE_FILE,
+        PROBE_FROM,
+        FetchJob,
+        IntegrityError,
+        Transfer,
+    )
 
     failures: list[WlockError] = []
     failed: set[tuple[str, str, str]] = set()
@@ -517,6 +526,16 @@ def _download_all(
         # so thousands of them do not wait behind the shards or behind --jobs.
         # Largest first within each: the long transfers start at once.
         ordered = sorted(downloads, key=lambda d: -d[1].size)
+        bigs = [(r, f) for r, f in ordered if f.size >= LARGE_FILE]
+        # Offline, or with other sources to ask first (another cache, the archive), the
+        # Hub may never be asked: no probe then.
+        if bigs and not sources.offline and not sources.sources and \
+                sum(f.size for _, f in bigs) >= PROBE_FROM:
+            r0, f0 = bigs[0]
+            tuning[0] = transfer.tune(FetchJob(
+                kind=r0.kind, repo_id=r0.id, revision=r0.revision, path=f0.path,
+                size=f0.size, etag=f0.etag, hash_kind=f0.hash_kind,
+                temp=temp_blob_path(builds[r0.key].paths, f0.etag)), min(jobs, len(bigs)))
         futures = {
             (large if f.size >= LARGE_FILE else small).submit(one, repo, f): (repo, f)
             for repo, f in ordered

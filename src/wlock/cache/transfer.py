@@ -45,6 +45,14 @@ if TYPE_CHECKING:
     import httpx2
 
 LARGE_FILE = 8 * 1024 * 1024
+# The connections shared by the large files in flight where more do not help (loopback, a
+# link that is full): 4 files at once took 3.2 s with 8 connections each and 1.6 s with 2.
+BASE_CONNECTIONS = 8
+GAIN = 2.5  # four streams at least this many times one: single streams are capped
+PROBE = 1024 * 1024
+# The probe reads 5 MiB that the download reads again: done only for a sync whose large
+# files make that under 2% (WLOCK_PROBE_FROM, in bytes, moves the line; tests lower it).
+PROBE_FROM = int(os.environ.get("WLOCK_PROBE_FROM", 256 * 1024 * 1024))
 MAX_REDIRECTS = 10
 MAX_ATTEMPTS = 5
 # A transfer whose bytes stop for `timeout` seconds is cancelled and retried once: a server
@@ -81,6 +89,21 @@ class IntegrityError(Exception):
         self.job, self.actual_size, self.actual_hash = job, actual_size, actual_hash
 
 
+@dataclass(frozen=True, slots=True)
+class LinkTuning:
+    """What the probe measured and chose (reported by `sync -v` and `--json`)."""
+
+    one_stream: float  # bytes/s
+    four_streams: float
+    per_file: int  # connections each large file gets
+    files: int  # large files in flight
+    limit: str  # what limits the transfer, in words
+
+
+def _probe_refused(status: int) -> OSError:
+    return OSError(f"HTTP {status}")
+
+
 class Aborted(Exception):
     """The transfer was stopped by Transfer.abort()."""
 
@@ -109,7 +132,8 @@ class Transfer:
         # Measured on 2 cores, hf_transfer alone against the emulator: 4 files of 256 MiB at
         # once took 3.2 s with 8 connections each and 1.6 s with 2. So the budget is shared
         # by the large files in flight; raise it (--connections) for a distant CDN.
-        self._per_file = max(1, connections // jobs)
+        self._per_file = max(1, min(connections, BASE_CONNECTIONS) // jobs)
+        self._ceiling = connections
         self._on_bytes = on_bytes or (lambda job, n: None)
         # One client (one small connection pool) per thread: a single pool shared by dozens
         # of threads spends more time in its lock than on the wire (measured: 1,000 small
@@ -179,6 +203,62 @@ class Transfer:
     def _check_aborted(self) -> None:
         if self._aborted.is_set():
             raise Aborted
+
+    # -- finding the link --------------------------------------------------------------------
+
+    def tune(self, job: FetchJob, files: int) -> LinkTuning:
+        """Choose the connections per large file from the link itself, before the large
+        downloads start: the same megabyte ranges read by one stream, then by four at once.
+
+        The rule (aria2's and rclone's per-file stream counts are fixed by the user; hf_xet
+        grows concurrency while throughput grows and backs off on errors): streams are worth
+        adding only while the aggregate grows with them. If four streams give at least
+        GAIN times one stream's rate, a single stream is what is capped (a CDN shaping per
+        connection, one TCP stream over a long path): use the ceiling (--connections),
+        shared by the `files` in flight. If not, the machine or the link as a whole is the
+        limit and more connections only cost CPU: keep BASE_CONNECTIONS, today's default,
+        measured best on loopback (bench/sync_throughput.py). A 429 or 5xx on the probe
+        halves the base (the server asks for less). The probe costs five ranges of 1 MiB.
+        """
+        import httpx2
+
+        base = max(1, min(self._ceiling, BASE_CONNECTIONS) // max(1, files))
+        try:
+            url = self._resolve(job)
+            one = self._probe(url, 1)
+            four = self._probe(url, 4)
+        except (HubError, httpx2.HTTPError, OSError, _Retryable) as e:
+            status = getattr(getattr(e, "response", None), "status_code", None)
+            self._per_file = max(1, base // 2)
+            return LinkTuning(0.0, 0.0, self._per_file, files,
+                              f"the probe failed ({status or type(e).__name__}): backed off")
+        gain = four / one if one else 0.0
+        if gain >= GAIN:
+            self._per_file = max(base, self._ceiling // max(1, files))
+            limit = "the link per stream (more connections help)"
+        else:
+            self._per_file = base
+            limit = "the machine or the whole link (more connections do not help)"
+        return LinkTuning(one, four, self._per_file, files, limit)
+
+    def _probe(self, url: str, streams: int) -> float:
+        """Bytes per second that `streams` ranges of PROBE bytes at once get from `url`."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        headers = self._headers_for(url)
+
+        def get(n: int) -> int:
+            first = n * PROBE
+            response = self._http.get(url, headers={
+                **headers, "Range": f"bytes={first}-{first + PROBE - 1}"})
+            if response.status_code >= 400:
+                raise _probe_refused(response.status_code)
+            return len(response.content)
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(streams) as pool:
+            got = sum(pool.map(get, range(streams)))
+        return got / max(time.monotonic() - started, 1e-6)
 
     def _headers_for(self, url: str) -> dict[str, str]:
         headers = {"Accept-Encoding": "identity"}

@@ -15,7 +15,7 @@ from wlock.cli.options import (
     lock_option,
     offline_option,
 )
-from wlock.cli.output import emit, info, warn
+from wlock.cli.output import emit, info, verbosity, warn
 from wlock.errors import UsageError
 from wlock.models import SyncPlan, SyncResult
 from wlock.units import count, human_size
@@ -34,8 +34,10 @@ if TYPE_CHECKING:
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Large files (8 MiB and up) downloaded at once, each through hf_transfer "
               "with several connections; small files have their own 32-way concurrency.")
-@click.option("--connections", type=click.IntRange(1, 256), default=8, show_default=True,
-              help="HTTP connections shared by the large files in flight (hf_transfer ranges).")
+@click.option("--connections", type=click.IntRange(1, 256), default=64, show_default=True,
+              help="The most HTTP connections the large files in flight share (hf_transfer "
+              "ranges). wlock measures the link first and uses them only where more streams "
+              "bring more bytes (a CDN capping each connection); else 8.")
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30, show_default=True,
               metavar="SECONDS",
               help="Cancel and retry (once) a transfer that receives nothing for this long; "
@@ -148,6 +150,20 @@ def sync(
     for line in result.refused:
         warn(line)
     info(_summary(plan, result))
+    if result.link is not None and verbosity() >= 1:
+        info(_link_line(result.link))
+
+
+def _link_line(link: object) -> str:
+    from wlock.cache.transfer import LinkTuning
+
+    assert isinstance(link, LinkTuning)
+    if not link.one_stream:
+        return f"link: {link.limit}; {link.per_file} connections per large file"
+    rate = human_size(int(link.one_stream))
+    return (f"link: one stream {rate}/s, four {link.four_streams / link.one_stream:.1f}x that; "
+            f"{link.per_file} connections per large file ({link.files} at once): the limit "
+            f"is {link.limit}")
 
 
 def _summary(plan: SyncPlan, result: SyncResult) -> str:
@@ -232,6 +248,11 @@ def _result_json(plan: SyncPlan, result: SyncResult | None, *, dry_run: bool,
         "refused": list(result.refused) if result else [],
         "by_other_syncs": {"files": result.by_others[0] if result else 0,
                            "bytes": result.by_others[1] if result else 0},
+        "link": ({"one_stream_bytes_per_s": round(result.link.one_stream),
+                  "four_streams_bytes_per_s": round(result.link.four_streams),
+                  "connections_per_file": result.link.per_file,
+                  "files_at_once": result.link.files, "limit": result.link.limit}
+                 if result and result.link else None),
         "seconds": round(result.seconds, 3) if result else 0.0,
     }
 

@@ -2,6 +2,7 @@
 
     {"latency_ms": 50,                       # added before every request on both listeners
      "tree_page_size": 100,                  # smaller pages to exercise Link pagination
+     "link": {"mb_per_s": 20, "delay_ms": 20, "reset_every": 0, "listener": "cdn"},
      "rules": [{"match": "/resolve/", "method": "GET", "listener": "hub", "times": 2,
                 "action": "status", "status": 429, "retry_after": 1}]}
 
@@ -59,6 +60,41 @@ class Rule:
         )
 
 
+@dataclass
+class Link:
+    """A shaped link (off by default), as a CDN and a long path shape one: every response's
+    body is paced to `mb_per_s` (1 MB = 10^6 bytes; many connections together get many
+    times that, as from a CDN that shapes per connection), every request waits `delay_ms`
+    before it is answered (a round trip), and every `reset_every`-th body is cut mid-way
+    (a reset). `listener` limits it to "hub" or "cdn"."""
+
+    mb_per_s: float = 0.0
+    delay_ms: float = 0.0
+    reset_every: int = 0
+    listener: str | None = None
+    _bodies: int = 0
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Link:
+        unknown = set(raw) - {"mb_per_s", "delay_ms", "reset_every", "listener"}
+        if unknown:
+            raise ValueError(f"unknown link settings {sorted(unknown)}")
+        return cls(mb_per_s=float(raw.get("mb_per_s", 0)), delay_ms=float(
+            raw.get("delay_ms", 0)), reset_every=int(raw.get("reset_every", 0)),
+            listener=raw.get("listener"))
+
+    def applies(self, listener: str) -> bool:
+        return self.listener in (None, listener)
+
+    def reset_now(self) -> bool:
+        """Whether this body is the one in `reset_every` to cut (counted across threads by
+        the caller's lock)."""
+        if not self.reset_every:
+            return False
+        self._bodies += 1
+        return self._bodies % self.reset_every == 0
+
+
 class Faults:
     """The fault configuration, shared by all request threads."""
 
@@ -67,6 +103,7 @@ class Faults:
         self.latency_ms = 0.0
         self.tree_page_size = 1000
         self._rules: list[Rule] = []
+        self.link = Link()
 
     def configure(self, raw: dict[str, Any]) -> None:
         rules = [Rule.from_json(r) for r in raw.get("rules", [])]
@@ -74,6 +111,7 @@ class Faults:
             self.latency_ms = float(raw.get("latency_ms", 0))
             self.tree_page_size = int(raw.get("tree_page_size", 1000))
             self._rules = rules
+            self.link = Link.from_json(raw.get("link") or {})
 
     def take(self, listener: str, method: str, path: str, actions: frozenset[str],
              query: str = "") -> Rule | None:

@@ -83,10 +83,11 @@ class HubProcess:
             return json.loads(response.read())
 
     def faults(self, *rules: dict[str, Any], latency_ms: float = 0,
-               tree_page_size: int = 1000) -> None:
-        """Replace the fault configuration (no arguments: no faults)."""
+               tree_page_size: int = 1000, link: dict[str, Any] | None = None) -> None:
+        """Replace the fault configuration (no arguments: no faults). `link` shapes the
+        link (wlock.hubserver.faults.Link): {"mb_per_s": 20, "delay_ms": 20}."""
         self._call("POST", "faults", {"rules": list(rules), "latency_ms": latency_ms,
-                                      "tree_page_size": tree_page_size})
+                                      "tree_page_size": tree_page_size, "link": link or {}})
 
     def stats(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "stats")

@@ -204,6 +204,9 @@ class _Handler(BaseHTTPRequestHandler):
                 listener, method, self.path, "Authorization" in self.headers)
             if app.faults.latency_ms:
                 time.sleep(app.faults.latency_ms / 1000)
+            link = app.faults.link
+            if link.delay_ms and link.applies(listener):
+                time.sleep(link.delay_ms / 1000)
             rule = app.faults.take(listener, method, url.path, _EARLY_ACTIONS, url.query)
             if rule and rule.action == "delay":
                 time.sleep(float(rule.params.get("delay_ms", 0)) / 1000)
@@ -296,8 +299,12 @@ class _Handler(BaseHTTPRequestHandler):
         )
         if self._logged is not None:
             self._logged["bytes"] = length
+        link = self.server.app.faults.link
         with open(path, "rb") as f:
-            if rule is None:
+            if rule is None and link.applies(self.server.name) and (
+                    link.mb_per_s or link.reset_every):
+                self._send_shaped(f, start, length, link)
+            elif rule is None:
                 self.connection.sendfile(f, start, length)
             elif rule.action in ("truncate", "stall"):
                 cut = min(length, int(rule.params.get("bytes", length // 2)))
@@ -312,6 +319,28 @@ class _Handler(BaseHTTPRequestHandler):
                 data = bytearray(f.read(length))
                 data[len(data) // 2] ^= 0xFF
                 self.wfile.write(bytes(data))
+
+    def _send_shaped(self, f: Any, start: int, length: int, link: Any) -> None:
+        """The body paced to the link's rate, in 64 KiB pieces; or cut half-way when it is
+        the body the link resets."""
+        with self.server.app.faults._lock:
+            cut = link.reset_now()
+        end = start + (length // 2 if cut else length)
+        rate = link.mb_per_s * 1e6
+        began, sent, offset = time.monotonic(), 0, start
+        while offset < end:
+            n = min(65536, end - offset)
+            self.connection.sendfile(f, offset, n)
+            offset += n
+            sent += n
+            if rate:
+                ahead = sent / rate - (time.monotonic() - began)
+                if ahead > 0:
+                    time.sleep(ahead)
+        if cut:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
 
     @staticmethod
     def _parse_range(header: str, size: int) -> tuple[int, int]:

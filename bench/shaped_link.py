@@ -1,0 +1,81 @@
+"""`wlock sync` on a shaped link (issue 27): every response capped (a CDN's per-connection
+shaping, or one TCP stream over a long path) and every request delayed, against
+`snapshot_download` and against each fixed `--connections N`, in one run.
+
+    python bench/shaped_link.py [--shards 4] [--shard-mb 128] [--shape 20:20 --shape 50:50]
+
+A shape is MB_PER_S:DELAY_MS per response on the CDN. Prints the wall time of each, the
+default's ratio to snapshot_download (aim: >= 3x) and to the best fixed setting (aim:
+>= 0.9x): what the adaptive rule has to close.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import WLOCK, machine, shards_repo, snapshot_download
+
+from wlock.hubserver.process import HubProcess
+
+FIXED = (8, 16, 32, 64)
+
+
+def timed(argv: list[str], cwd: Path | None = None) -> float:
+    started = time.monotonic()
+    subprocess.run(argv, cwd=cwd, check=True, capture_output=True)
+    return time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--shard-mb", type=int, default=128)
+    parser.add_argument("--shape", action="append", default=None,
+                        help="MB_PER_S:DELAY_MS (repeatable; default 20:20 and 50:50)")
+    args = parser.parse_args()
+    shapes = [tuple(float(x) for x in s.split(":")) for s in (args.shape or ["20:20", "50:50"])]
+    print(f"machine: {machine()}")
+    print(f"{args.shards} x {args.shard_mb} MiB shards")
+    with tempfile.TemporaryDirectory(prefix="wlock-bench-") as tmp:
+        root = Path(tmp)
+        store = shards_repo(root, args.shards, args.shard_mb, small=8)
+        project = root / "project"
+        project.mkdir()
+        (project / "weights.toml").write_text('[[model]]\nid = "bench/shards"\n')
+        with HubProcess(store) as hub:
+            subprocess.run([*WLOCK, "-q", "lock", "--endpoint", hub.endpoint], cwd=project,
+                           check=True)
+            for rate, delay in shapes:
+                hub.faults(link={"mb_per_s": rate, "delay_ms": delay, "listener": "cdn"})
+
+                def sync(*extra: str) -> float:
+                    cache = root / "cache"
+                    shutil.rmtree(cache, ignore_errors=True)
+                    return timed([*WLOCK, "-q", "sync", "--endpoint", hub.endpoint,
+                                  "--cache-dir", str(cache), *extra], cwd=project)
+
+                sync()  # warm-up, not counted: the store's pages, the interpreter's files
+                default = sync()
+                shutil.rmtree(root / "hf", ignore_errors=True)
+                theirs = timed(snapshot_download("bench/shards", root / "hf", hub.endpoint))
+                fixed = {n: sync("--connections", str(n)) for n in FIXED}
+                best_n = min(fixed, key=lambda n: fixed[n])
+                print(f"shape {rate:g} MB/s per response, {delay:g} ms per request:")
+                print(f"  wlock sync (default)   {default:6.2f}s")
+                print(f"  snapshot_download      {theirs:6.2f}s")
+                for n, t in fixed.items():
+                    print(f"  --connections {n:<3}      {t:6.2f}s")
+                print(f"  default vs snapshot_download: {theirs / default:.2f}x (aim >= 3); "
+                      f"vs the best fixed (--connections {best_n}): "
+                      f"{fixed[best_n] / default:.2f}x (aim >= 0.9)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

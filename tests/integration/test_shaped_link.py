@@ -1,0 +1,50 @@
+"""The emulator's shaped link (issue 27), measured with a plain HTTP client: one response is
+paced to the cap, several at once each get it (as from a CDN that shapes per connection),
+every request pays the delay, and a reset cuts the body. Ratios of one run, not times."""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx2
+
+from tests.conftest import Hub
+
+MB = 1_000_000
+
+
+def test_a_shaped_link_caps_each_response_and_delays_each_request(hub: Hub) -> None:
+    repo_id = hub.unique_id("shaped")
+    hub.builder.commit("model", repo_id, {"model.safetensors": os.urandom(4 * MB)})
+    url = f"{hub.endpoint}/{repo_id}/resolve/main/model.safetensors"
+
+    def get(client: httpx2.Client, start: int, size: int) -> int:
+        answer = client.get(url, headers={"Range": f"bytes={start}-{start + size - 1}"})
+        assert answer.status_code == 206
+        return len(answer.content)
+
+    with httpx2.Client(follow_redirects=True, timeout=60) as client:
+        started = time.monotonic()
+        get(client, 0, 2 * MB)
+        free = time.monotonic() - started
+        hub.process.faults(link={"mb_per_s": 5, "delay_ms": 100, "listener": "cdn"})
+        started = time.monotonic()
+        assert get(client, 0, 2 * MB) == 2 * MB
+        one = time.monotonic() - started
+        with ThreadPoolExecutor(4) as pool:
+            started = time.monotonic()
+            assert sum(pool.map(lambda n: get(client, n * MB // 2, MB // 2), range(4))) == 2 * MB
+        four = time.monotonic() - started
+    # 2 MB at 5 MB/s is 0.4 s, plus 0.1 s of delay on the CDN's request (sleeps: a floor,
+    # not a speed); four streams of 0.5 MB take a quarter of the body time each, at once.
+    assert one > 0.45 > free
+    assert four < one * 0.7
+    hub.process.faults(link={"reset_every": 1, "listener": "cdn"})
+    with httpx2.Client(follow_redirects=True, timeout=60) as client:
+        try:
+            body = client.get(url).content
+        except httpx2.TransportError:
+            body = b""
+    assert len(body) < 4 * MB  # cut
