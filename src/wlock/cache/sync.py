@@ -234,7 +234,7 @@ def execute_plan(
     endpoint: str,
     token: str | None,
     jobs: int = DEFAULT_JOBS,
-    connections: int = DEFAULT_CONNECTIONS,
+    connections: int | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     offline: bool = False,
     sources: Sequence[BlobSource] = (),
@@ -399,7 +399,7 @@ def _download_all(
     endpoint: str,
     token: str | None,
     jobs: int,
-    connections: int,
+    connections: int | None,
     timeout: float,
     wrong_blobs: set[tuple[str, str, str]],
     builds: dict[tuple[str, str], SnapshotBuild],
@@ -517,7 +517,10 @@ def _download_all(
                 from_hub[0] += 1
         return f.size
 
-    with Transfer(endpoint, token, jobs=jobs, connections=connections, timeout=timeout,
+    # None: the link decides (Transfer.tune), up to DEFAULT_CONNECTIONS; a number: exactly
+    # that budget, shared by the large files in flight, as the user asked.
+    with Transfer(endpoint, token, jobs=jobs, connections=connections or DEFAULT_CONNECTIONS,
+                  fixed=connections is not None, timeout=timeout,
                   on_bytes=report) as transfer, \
             ThreadPoolExecutor(max_workers=jobs) as large, \
             ThreadPoolExecutor(max_workers=SMALL_CONCURRENCY) as small:
@@ -529,8 +532,8 @@ def _download_all(
         bigs = [(r, f) for r, f in ordered if f.size >= LARGE_FILE]
         # Offline, or with other sources to ask first (another cache, the archive), the
         # Hub may never be asked: no probe then.
-        if bigs and not sources.offline and not sources.sources and \
-                sum(f.size for _, f in bigs) >= PROBE_FROM:
+        if bigs and connections is None and not sources.offline and not sources.sources \
+                and sum(f.size for _, f in bigs) >= PROBE_FROM:
             r0, f0 = bigs[0]
             tuning[0] = transfer.tune(FetchJob(
                 kind=r0.kind, repo_id=r0.id, revision=r0.revision, path=f0.path,

@@ -113,7 +113,7 @@ class Transfer:
 
     def __init__(
         self, endpoint: str, token: str | None, *, jobs: int, connections: int = 8,
-        timeout: float = DEFAULT_TIMEOUT,
+        fixed: bool = False, timeout: float = DEFAULT_TIMEOUT,
         on_bytes: Callable[[FetchJob, int], None] | None = None,
         wait: Callable[[float], object] | None = None,
     ) -> None:
@@ -132,7 +132,10 @@ class Transfer:
         # Measured on 2 cores, hf_transfer alone against the emulator: 4 files of 256 MiB at
         # once took 3.2 s with 8 connections each and 1.6 s with 2. So the budget is shared
         # by the large files in flight; raise it (--connections) for a distant CDN.
-        self._per_file = max(1, min(connections, BASE_CONNECTIONS) // jobs)
+        # `fixed`: the user's budget, shared by the large files in flight; else today's
+        # BASE_CONNECTIONS until tune() finds the link rewards more, up to `connections`.
+        self._per_file = max(1, (connections if fixed else min(connections, BASE_CONNECTIONS))
+                             // jobs)
         self._ceiling = connections
         self._on_bytes = on_bytes or (lambda job, n: None)
         # One client (one small connection pool) per thread: a single pool shared by dozens

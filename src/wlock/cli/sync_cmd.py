@@ -34,10 +34,10 @@ if TYPE_CHECKING:
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Large files (8 MiB and up) downloaded at once, each through hf_transfer "
               "with several connections; small files have their own 32-way concurrency.")
-@click.option("--connections", type=click.IntRange(1, 256), default=64, show_default=True,
-              help="The most HTTP connections the large files in flight share (hf_transfer "
-              "ranges). wlock measures the link first and uses them only where more streams "
-              "bring more bytes (a CDN capping each connection); else 8.")
+@click.option("--connections", type=click.IntRange(1, 256), default=None, metavar="N",
+              help="HTTP connections shared by the large files in flight (hf_transfer "
+              "ranges). Default: found from the link, up to 64 (a sync of 256 MiB or more "
+              "first reads 1 MiB with one stream and with four; 8 where more do not help).")
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30, show_default=True,
               metavar="SECONDS",
               help="Cancel and retry (once) a transfer that receives nothing for this long; "
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 @offline_option
 @common_options
 def sync(
-    locked: bool, frozen: bool, dry_run: bool, verify: bool, jobs: int, connections: int,
+    locked: bool, frozen: bool, dry_run: bool, verify: bool, jobs: int, connections: int | None,
     timeout: float, from_caches: tuple[Path, ...], archive_flag: str | None, no_archive: bool,
     settings: Settings,
 ) -> None:
