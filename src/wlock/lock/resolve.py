@@ -212,7 +212,7 @@ def plan_lock(
     repos: list[LockedRepo] = []
     renamed: list[tuple[str, str]] = []
     lines: list[str] = []
-    # (requirement, the id that requires it, its repo in the previous lock when kept)
+    # (a requirement, the id of the entry that requires it)
     pending: list[tuple[Requirement, str]] = []
     for entry in manifest.entries:
         if entry.key in kept:
