@@ -129,9 +129,11 @@ class BlobGuard:
             with contextlib.suppress(OSError):
                 self._good[key] = self.signature(path)
 
-    def refused(self, key: str, path: Path) -> str | None:
-        """Why `key` is not served now, or None. A range needs the blob verified in its
-        current version (hashed here when it changed since)."""
+    def refused(self, key: str, path: Path, *, verify: bool = True) -> str | None:
+        """Why `key` is not served now, or None. With `verify` (a range), the blob must be
+        verified in its current version, and is hashed here when it changed since; without
+        (a whole-file GET, hashed as it streams), it is refused only when found wrong before
+        and still the same file."""
         if key not in self._expected:
             return None
         try:
@@ -142,7 +144,7 @@ class BlobGuard:
             bad = self._bad.get(key)
             if bad is not None and bad[0] == now:
                 return bad[1]
-            if self._good.get(key) == now:
+            if not verify or self._good.get(key) == now:
                 return None
         kind, size = self._expected[key]
         actual = hash_file(path, kind)
@@ -152,19 +154,6 @@ class BlobGuard:
             self._good[key] = now
             self._bad.pop(key, None)
         return None
-
-    def refused_as_is(self, key: str, path: Path) -> str | None:
-        """For a whole-file GET, hashed as it streams: refused only when found wrong before
-        and still the same file."""
-        if key not in self._expected:
-            return None
-        try:
-            now = self.signature(path)
-        except OSError as e:
-            return f"cannot read it: {e.strerror or e}"
-        with self._lock:
-            bad = self._bad.get(key)
-        return bad[1] if bad is not None and bad[0] == now else None
 
     def hasher(self, key: str) -> Any:
         """A running hash for streaming `key` whole, or None for a file not guarded."""

@@ -278,8 +278,7 @@ class _Handler(BaseHTTPRequestHandler):
         if guard is not None and key is not None and self.command == "GET":
             whole = start == 0 and length == size
             # A whole file is checked as it streams; anything else must be verified first.
-            if (problem := guard.refused(key, path) if not whole else
-                    guard.refused_as_is(key, path)) is not None:
+            if (problem := guard.refused(key, path, verify=not whole)) is not None:
                 raise _HttpError(404, "EntryNotFound", problem)
             if whole and length:
                 self._send_guarded(path, size, headers, guard, key)
