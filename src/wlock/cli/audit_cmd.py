@@ -12,6 +12,7 @@ from wlock.cli.options import Settings, common_options, lock_option
 from wlock.cli.output import info
 from wlock.errors import ExitCode
 from wlock.units import count
+from wlock.version import __version__
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 RULES = {"pickle": "a pickle imports what the policy does not allow",
@@ -85,8 +86,7 @@ def _sarif(items: list[dict[str, Any]], uri: str) -> dict[str, Any]:
     return {
         "$schema": SARIF_SCHEMA, "version": "2.1.0",
         "runs": [{
-            "tool": {"driver": {"name": "wlock audit", "informationUri":
-                                "https://github.com/wlock/wlock",
+            "tool": {"driver": {"name": "wlock audit", "version": __version__,
                                 "rules": [{"id": k, "shortDescription": {"text": t}}
                                           for k, t in RULES.items()]}},
             "results": [{"ruleId": item["kind"], "level": "error",
