@@ -86,13 +86,17 @@ def read_policy(manifest: Path) -> Policy:
 
     data, locator = read_toml(manifest, missing="Run `wlock init`.")
     tool = data.get("tool", {})
-    raw: Any = tool.get("wlock", {}).get("policy", {}) if isinstance(tool, dict) else {}
+    wlock = tool.get("wlock", {}) if isinstance(tool, dict) else {}
+    raw: Any = wlock.get("policy", {}) if isinstance(wlock, dict) else {}
     display = str(manifest)
 
     def fail(key: str, problem: str, hint: str) -> InvalidFileError:
-        line = next((n for n, text in enumerate(locator.lines, 1)
-                     if text.strip().startswith(key)), None) if hasattr(locator, "lines") \
-            else None
+        # The key's line: its first assignment after the [tool.wlock.policy] header.
+        lines: list[str] = list(locator.lines)
+        start = next((n for n, text in enumerate(lines)
+                      if text.strip().replace(" ", "") == "[tool.wlock.policy]"), 0)
+        line = next((n for n, text in enumerate(lines[start:], start + 1)
+                     if text.strip().startswith(key)), start + 1)
         return InvalidFileError(display, problem, line=line, key=f"tool.wlock.policy.{key}",
                                 hint=hint)
 
