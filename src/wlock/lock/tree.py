@@ -60,8 +60,7 @@ def explain(lock: Lock, path: str) -> list[str]:
     for repo in lock.repos:
         loader = repo.loader or "all"
         locked = {f.path for f in repo.files}
-        weights = sorted(p for p in locked if describe(p) not in (None, "a pickle")
-                         or p.endswith(".bin"))
+        weights = sorted(p for p in locked if describe(p) is not None)
         if path in locked:
             kind = describe(path)
             what = f"{kind}, the format the {loader} loader takes" if kind else (
