@@ -555,10 +555,13 @@ class SnapshotBuild:
                 os.rename(self.staging, self.snapshot)
                 self.paths.verified.add(str(self.snapshot))
                 return
-            except OSError:
-                if not os.path.lexists(self.snapshot):
+            except OSError as e:
+                # Another sync published this snapshot first: complete it in place. Its
+                # ENOTEMPTY says so even where this node cannot see the folder yet (a
+                # network filesystem's cached "no such entry": seen on two JuiceFS mounts).
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) and \
+                        not os.path.lexists(self.snapshot):
                     raise
-                # Another sync published this snapshot first: complete it in place.
             finally:
                 self.discard()
         make_folder(self.paths, self.snapshot)
