@@ -32,6 +32,78 @@ def new_digest(kind: str, size: int) -> Any:
     return hashlib.sha1(b"blob %d\x00" % size, usedforsecurity=False)
 
 
+class GrowingHash:
+    """The digest of a file another process is still writing in ranges, in any order (as
+    hf_transfer does): the part written from the start is hashed as it lands, so the file
+    is not read again whole once its last range arrives. `lseek(SEEK_HOLE)` finds where
+    that part ends (the kernel knows which pages hold data; a page being written is locked
+    until its bytes are in, so a read never sees it half done).
+
+    A filesystem without holes (`SEEK_HOLE` answers "data" to the end, as FUSE without its
+    own lseek does) lets zeros in; so `finish()` is a claim, not a verdict: the caller
+    compares it with the digest it expects and, on a mismatch, hashes the file again whole
+    (hash_file) before blaming the bytes. A range the writer wrote twice with other bytes
+    the second time could in principle pass unseen; hf_transfer writes a range only once
+    it has all of it, and a failed write is retried with the same response's bytes.
+    """
+
+    def __init__(self, path: str | Path, kind: str, size: int) -> None:
+        self._path, self._kind, self._size = path, kind, size
+        self._digest = new_digest(kind, size)
+        self._fd: int | None = None
+        self._at = 0
+        self._usable = hasattr(os, "SEEK_HOLE")
+
+    @property
+    def hashed(self) -> int:
+        return self._at
+
+    def advance(self) -> None:
+        """Hash what was written since the last call, from where the last call stopped to
+        the first range not written yet."""
+        if not self._usable or not self._open():
+            return
+        assert self._fd is not None
+        try:
+            end = os.lseek(self._fd, self._at, os.SEEK_HOLE)
+        except OSError:  # ENXIO: nothing at or past this offset yet; EINVAL: no holes here
+            return
+        self._read_to(min(end, self._size))
+
+    def finish(self) -> str | None:
+        """The file's digest now that it is complete (None: it could not be followed)."""
+        try:
+            if not self._usable or not self._open():
+                return None
+            assert self._fd is not None
+            self._read_to(os.fstat(self._fd).st_size)
+            return str(self._digest.hexdigest())
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _open(self) -> bool:
+        if self._fd is None:
+            try:
+                self._fd = os.open(self._path, os.O_RDONLY)
+            except FileNotFoundError:
+                return False
+        return True
+
+    def _read_to(self, end: int) -> None:
+        assert self._fd is not None
+        while self._at < end:
+            data = os.pread(self._fd, min(CHUNK, end - self._at), self._at)
+            if not data:
+                return
+            self._digest.update(data)
+            self._at += len(data)
+
+
 def hash_file(path: str | Path, kind: str) -> str:
     """Hex digest of `path`: kind "sha256" (LFS content) or "git-sha1" (git blob id)."""
     fd = os.open(path, os.O_RDONLY)

@@ -531,9 +531,11 @@ def _download_all(
         ordered = sorted(downloads, key=lambda d: -d[1].size)
         bigs = [(r, f) for r, f in ordered if f.size >= LARGE_FILE]
         # Offline, or with other sources to ask first (another cache, the archive), the
-        # Hub may never be asked: no probe then.
-        if bigs and connections is None and not sources.offline and not sources.sources \
-                and sum(f.size for _, f in bigs) >= PROBE_FROM:
+        # Hub may never be asked: no probe then, and no worker started before it is needed.
+        hub_only = bool(bigs) and not sources.offline and not sources.sources
+        if hub_only:
+            transfer.warm(min(jobs, len(bigs)))
+        if hub_only and connections is None and sum(f.size for _, f in bigs) >= PROBE_FROM:
             r0, f0 = bigs[0]
             tuning[0] = transfer.tune(FetchJob(
                 kind=r0.kind, repo_id=r0.id, revision=r0.revision, path=f0.path,

@@ -6,9 +6,10 @@ the parent's `__main__` was started (a REPL, `python -c`, a notebook), and the t
 through a pipe, never through argv where `ps` would show it.
 
 Protocol: one JSON object per line each way.
-    in:  {"url": ..., "temp": ..., "hash_kind": "sha256" | "git-sha1", "headers": {...},
-          "connections": N}
-    out: {"ok": true, "hash": ..., "size": ...} or {"ok": false, "error": ...}
+    in:  {"url": ..., "temp": ..., "hash_kind": "sha256" | "git-sha1" | null,
+          "headers": {...}, "connections": N}
+    out: {"ok": true, "hash": ... (null without a hash_kind), "size": ...}
+         or {"ok": false, "error": ...}
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ PARENT_ENV = "WLOCK_TRANSFER_PARENT"
 
 
 def download_and_hash(
-    url: str, temp: str, hash_kind: str, headers: dict[str, str], connections: int
+    url: str, temp: str, hash_kind: str | None, headers: dict[str, str], connections: int
 ) -> dict[str, object]:
     import hf_transfer
 
@@ -47,7 +48,9 @@ def download_and_hash(
             parallel_failures=connections, max_retries=MAX_RANGE_RETRIES, headers=headers,
         )
         size = os.stat(temp).st_size
-        return {"ok": True, "hash": hash_file(Path(temp), hash_kind), "size": size}
+        # hash_kind None: the parent hashes the file as it grows (GrowingHash).
+        digest = hash_file(Path(temp), hash_kind) if hash_kind else None
+        return {"ok": True, "hash": digest, "size": size}
     except Exception as e:  # noqa: BLE001 - hf_transfer raises plain Exceptions; report all
         return {"ok": False, "error": f"{type(e).__name__}: {e}"}
 
