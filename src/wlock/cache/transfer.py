@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urljoin, urlsplit
 
+from wlock.cache.wire import Response, Wire, WireError
 from wlock.errors import (
     HubError,
     HubUnreachableError,
@@ -43,6 +44,8 @@ from wlock.version import __version__
 
 if TYPE_CHECKING:
     import httpx2
+
+    Answer = httpx2.Response | Response  # what a small file's GET reads, on either client
 
 LARGE_FILE = 8 * 1024 * 1024
 # The connections shared by the large files in flight where more do not help (loopback, a
@@ -141,12 +144,13 @@ class Transfer:
         # One client (one small connection pool) per thread: a single pool shared by dozens
         # of threads spends more time in its lock than on the wire (measured: 1,000 small
         # files took 4.7 s with one shared pool and no latency at all).
+        # One TLS context for all of them: each client would otherwise load the CA bundle
+        # again (measured: 32 threads spent 0.4 s of CPU there on every sync, and a
+        # megabyte or two of memory each).
+        tls = httpx2.create_ssl_context()
         self._new_client = functools.partial(
             httpx2.Client,
-            # One TLS context for all of them: each client would otherwise load the CA
-            # bundle again (measured: 32 threads spent 0.4 s of CPU there on every sync,
-            # and a megabyte or two of memory each).
-            verify=httpx2.create_ssl_context(),
+            verify=tls,
             # The read timeout is the stall timeout: seconds without a byte, not a deadline.
             timeout=httpx2.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
             # Keep-alive to the endpoint and to the CDN: a new connection per file would
@@ -156,6 +160,9 @@ class Transfer:
             follow_redirects=False,
         )
         self._local = threading.local()
+        # Small files' GETs: the standard library's lean client (wire.py says why).
+        self._wire = Wire(tls, connect_timeout=min(CONNECT_TIMEOUT, timeout),
+                          read_timeout=timeout, user_agent=f"wlock/{__version__}")
         # (kind, repo, commit) -> the URL prefix its small git files are served under (None:
         # it failed once, not tried again).
         self._shortcuts: dict[tuple[str, str, str], str | None] = {}
@@ -178,6 +185,7 @@ class Transfer:
             for client in self._clients:
                 client.close()
             self._clients.clear()
+        self._wire.close()
         self._workers.close()
 
     @property
@@ -329,11 +337,11 @@ class Transfer:
         prefix = "datasets/" if job.kind == "dataset" else ""
         return f"{self.endpoint}/{prefix}{job.repo_id}/resolve/{job.revision}/{quote(job.path)}"
 
-    def _next_hop(self, url: str, response: httpx2.Response, job: FetchJob) -> str | None:
+    def _next_hop(self, url: str, response: Answer, job: FetchJob) -> str | None:
         """Where a redirect leads, or None when `response` is the answer. Raises on errors."""
         if response.status_code in (301, 302, 303, 307, 308):
             response.read()  # a short body: read, the connection is reused
-            return urljoin(url, response.headers["Location"])
+            return urljoin(url, str(response.headers["Location"]))
         if response.status_code >= 400:
             response.read()
             raise _classify(response, job, self.endpoint)
@@ -368,7 +376,7 @@ class Transfer:
         written = 0
         try:
             for _ in range(MAX_REDIRECTS):
-                with self._http.stream("GET", url, headers=self._headers_for(url)) as response:
+                with self._get(url) as response:
                     if url == shortcut and 400 <= response.status_code < 500 \
                             and response.status_code != 429:
                         # Not served there (any more): back to /resolve, for good. A
@@ -394,12 +402,19 @@ class Transfer:
             else:
                 raise HubError(f"{job.label}: too many redirects from {self.endpoint}",
                                repo=job.repo_id)
-        except httpx2.TransportError as e:  # includes a body cut short, and a stall
+        except (httpx2.TransportError, WireError) as e:  # a body cut short, a stall too
             self._on_bytes(job, -written)
             raise _transport_failure(self.endpoint, job, e, self._timeout) from e
         if job.hash_kind == "git-sha1" and written != job.size:
             return hash_file(job.temp, "git-sha1"), written
         return digest.hexdigest(), written
+
+    def _get(self, url: str) -> contextlib.AbstractContextManager[Any]:
+        """GET `url` for a small file: on the lean client, or on httpx2 where the user's
+        proxy settings apply to it."""
+        if self._wire.proxied(url):
+            return self._http.stream("GET", url, headers=self._headers_for(url))
+        return self._wire.get(url, self._headers_for(url))
 
     def _learn(self, job: FetchJob, target: str) -> None:
         """Remember where the endpoint sends this repo's small files at this commit.
@@ -661,7 +676,7 @@ class _Retryable(Exception):
         self.final, self.delay, self.reason = final, delay, reason
 
 
-def _classify(response: httpx2.Response, job: FetchJob, endpoint: str) -> Exception:
+def _classify(response: Answer, job: FetchJob, endpoint: str) -> Exception:
     status, code = response.status_code, response.headers.get("X-Error-Code")
     if code in ("RevisionNotFound", "EntryNotFound"):
         what = "commit" if code == "RevisionNotFound" else f"file {job.path!r} at commit"
@@ -696,9 +711,11 @@ def _transport_failure(
 ) -> _Retryable:
     import httpx2
 
-    if isinstance(e, httpx2.ReadTimeout | httpx2.WriteTimeout):
+    if isinstance(e, httpx2.ReadTimeout | httpx2.WriteTimeout) or (
+            isinstance(e, WireError) and e.kind == "timeout"):
         return _stalled(job, timeout)
-    if isinstance(e, httpx2.ConnectError | httpx2.ConnectTimeout):
+    if isinstance(e, httpx2.ConnectError | httpx2.ConnectTimeout) or (
+            isinstance(e, WireError) and e.kind == "connect"):
         cause = f"cannot connect to {endpoint}: {redact(str(e)) or type(e).__name__}"
         return _Retryable(HubUnreachableError(
             f"{job.label}: {cause}", repo=job.repo_id, hint=_NETWORK_HINT, cause=cause,
