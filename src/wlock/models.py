@@ -340,6 +340,8 @@ class SyncResult:
     # What the link probe measured and chose (wlock.cache.transfer.LinkTuning), when large
     # files came from the Hub.
     link: Any = None
+    # Small files' concurrency (wlock.cache.transfer.SmallGate), when any came from the Hub.
+    small: Any = None
 
 
 ProblemKind = Literal["missing", "wrong-size", "wrong-hash", "wrong-link", "wrong-ref", "unsafe"]

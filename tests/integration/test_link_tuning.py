@@ -1,18 +1,19 @@
-"""The rule that finds the link (issue 27), against the emulator's shaped link: it grows the
+"""The rules that find the link (issue 27), against the emulator's shaped link: it grows the
 connections where single streams are capped, keeps today's where more streams do not help
-(loopback), and backs off when the server answers 429; `sync -v` and `--json` say what it
-measured and chose."""
+(loopback), and backs off when the server answers 429, for large files and for small ones;
+`sync -v` and `--json` say what it measured and chose."""
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import Hub, run_wlock, write_project
-from wlock.cache.transfer import FetchJob, Transfer
+from wlock.cache.transfer import SMALL_CEILING, FetchJob, SmallGate, Transfer
 
 SIZE = 12 * 2**20
 
@@ -75,3 +76,76 @@ def test_sync_reports_the_link_it_found(hub: Hub, big: str, tmp_path: Path) -> N
     quiet = run_wlock("--no-progress", "sync", "--json", "--endpoint", hub.endpoint,
                       "--cache-dir", str(tmp_path / "cache3"), cwd=project)
     assert quiet.code == 0 and json.loads(quiet.stdout)["link"] is None
+
+
+# -- small files: SmallGate ------------------------------------------------------------------
+
+
+def test_the_small_gate_halves_once_per_burst_and_grows_back_by_one() -> None:
+    gate = SmallGate(8)
+    slots = [gate.slot() for _ in range(8)]
+    refusals = [slot.__enter__() for slot in slots]
+    assert gate.limit == 8
+    for refuse in refusals[:5]:  # five answers of one burst: one halving
+        refuse()
+    assert (gate.limit, gate.backoffs) == (4, 1)
+    for slot in slots:
+        slot.__exit__(None, None, None)
+    assert gate.limit == 7, "the three that arrived grew it by one each"
+    with gate.slot() as refuse:  # started after the halving: its refusal is news
+        refuse()
+    assert (gate.limit, gate.backoffs, gate.lowest) == (3, 2, 3)
+    for _ in range(10):
+        with gate.slot():
+            pass
+    assert gate.limit == 8, "back to the ceiling, not past it"
+
+
+def test_the_small_gate_holds_requests_at_its_limit() -> None:
+    gate = SmallGate(2)
+    first, second = gate.slot(), gate.slot()
+    refuse = first.__enter__()
+    second.__enter__()
+    refuse()  # the limit is 1 now, and 2 are out
+    entered = threading.Event()
+
+    def third() -> None:
+        with gate.slot():
+            entered.set()
+
+    waiter = threading.Thread(target=third)
+    waiter.start()
+    assert not entered.wait(0.3), "a third request went out over the limit"
+    first.__exit__(None, None, None)
+    assert not entered.wait(0.3), "two out would still be over a limit of 1"
+    second.__exit__(None, None, None)
+    assert entered.wait(5)
+    waiter.join()
+
+
+def test_small_files_back_off_when_the_hub_answers_429(hub: Hub, tmp_path: Path) -> None:
+    repo_id = hub.unique_id("gate")
+    hub.builder.commit("model", repo_id, {f"f/{n:03d}.json": os.urandom(200 + n)
+                                          for n in range(200)})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+
+    def small_files(cache: str) -> dict[str, int]:
+        result = run_wlock("sync", "--json", "--endpoint", hub.endpoint, "--cache-dir",
+                           str(tmp_path / cache), cwd=project)
+        assert result.code == 0, result.stderr
+        report: dict[str, int] = json.loads(result.stdout)["small_files"]
+        return report
+
+    calm = small_files("calm")
+    assert (calm["backoffs"], calm["lowest"]) == (0, SMALL_CEILING)
+    # One request in three refused, six in all, each asking for a second: while a refused
+    # file waits, the others move the count on, so no file runs out of its attempts.
+    hub.process.faults({"action": "status", "status": 429, "retry_after": 1, "every": 3,
+                        "times": 6, "listener": "hub", "match": "/f/"})
+    try:
+        limited = small_files("limited")
+    finally:
+        hub.process.faults()
+    assert limited["backoffs"] >= 1 and limited["lowest"] <= SMALL_CEILING // 2, limited
+    assert run_wlock("check", "--cache-dir", str(tmp_path / "limited"), cwd=project).code == 0

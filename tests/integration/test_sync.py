@@ -30,8 +30,7 @@ from tests.conftest import (
 )
 from tests.integration.test_shared_fs import downloads_per_file
 from wlock.cache.layout import RepoPaths, blob_lock_path
-from wlock.cache.sync import SMALL_CONCURRENCY
-from wlock.cache.transfer import MAX_ATTEMPTS
+from wlock.cache.transfer import MAX_ATTEMPTS, SMALL_CEILING
 from wlock.hashing import hash_file
 from wlock.lock.lockfile import read_lock
 from wlock.models import LockedRepo
@@ -907,7 +906,7 @@ def test_small_files_take_one_round_trip_once_the_redirect_is_known(
     assert sync(hub, project, tmp_path / "cache").code == 0
     resolved, direct = _file_requests(hub, repo_id)
     # Only the files started before the first redirect came back went through /resolve.
-    assert resolved <= SMALL_CONCURRENCY and direct == files, (resolved, direct)
+    assert resolved <= SMALL_CEILING and direct == files, (resolved, direct)
     assert check(project, tmp_path / "cache").code == 0
 
 
@@ -962,7 +961,7 @@ def test_a_rate_limited_cache_url_is_retried_not_given_up(hub: Hub, tmp_path: Pa
                         "listener": "hub", "match": "^/api/resolve-cache/", "query": "^$"})
     assert sync(hub, project, tmp_path / "cache").code == 0
     resolved, _ = _file_requests(hub, repo_id)
-    assert resolved <= SMALL_CONCURRENCY, resolved
+    assert resolved <= SMALL_CEILING, resolved
     statuses = [r["status"] for r in hub.process.stats()["log"]]
     assert statuses.count(429) == 3  # the faults fired
     assert check(project, tmp_path / "cache").code == 0

@@ -57,10 +57,6 @@ from wlock.units import human_size
 DEFAULT_JOBS = 4
 DEFAULT_CONNECTIONS = 64  # a ceiling: Transfer.tune uses them only where they help
 DEFAULT_TIMEOUT = 30.0  # seconds without a byte before a transfer is cancelled and retried
-# Small files at once, whatever --jobs says: each is a request or two of Hub latency (tens of
-# ms on the real Hub), so concurrency, not bandwidth, bounds them. Measured with
-# bench/small_files.py (1,000 files, 50 ms per request): see the README.
-SMALL_CONCURRENCY = 32
 
 
 class IntegrityFailure(CheckFailedError):
@@ -274,7 +270,8 @@ def execute_plan(
     downloads = [(r.repo, f) for r in work for f in r.downloads]
     fetched_bytes = hub_files = 0
     by_others = (0, 0)
-    tuning: list[Any] = [None]  # the link as the probe found it (Transfer.tune)
+    # The link as the probe found it (Transfer.tune), and the small files' gate (SmallGate).
+    tuning: list[Any] = [None, None]
     restored: dict[str, list[int]] = {}
     refused: list[str] = []
     # Links only to blobs that are in, the ref last: a snapshot never points at a missing
@@ -326,7 +323,7 @@ def execute_plan(
                       fetched_bytes=fetched_bytes - sum(b for _, b in restored.values()),
                       seconds=time.monotonic() - started,
                       restored=restored, refused=tuple(refused), by_others=by_others,
-                      link=tuning[0])
+                      link=tuning[0], small=tuning[1])
 
 
 def _offline_error(repo: LockedRepo, f: LockedFile, asked: str = "") -> OfflineError:
@@ -523,7 +520,7 @@ def _download_all(
                   fixed=connections is not None, timeout=timeout,
                   on_bytes=report) as transfer, \
             ThreadPoolExecutor(max_workers=jobs) as large, \
-            ThreadPoolExecutor(max_workers=SMALL_CONCURRENCY) as small:
+            ThreadPoolExecutor(max_workers=transfer.small_gate.ceiling) as small:
         # Two pools: --jobs bounds the large transfers (each a worker process and several
         # connections); small files are latency-bound and get their own, wider concurrency,
         # so thousands of them do not wait behind the shards or behind --jobs.
@@ -541,6 +538,8 @@ def _download_all(
                 kind=r0.kind, repo_id=r0.id, revision=r0.revision, path=f0.path,
                 size=f0.size, etag=f0.etag, hash_kind=f0.hash_kind,
                 temp=temp_blob_path(builds[r0.key].paths, f0.etag)), min(jobs, len(bigs)))
+        if any(f.size < LARGE_FILE for _, f in ordered):
+            tuning[1] = transfer.small_gate
         futures = {
             (large if f.size >= LARGE_FILE else small).submit(one, repo, f): (repo, f)
             for repo, f in ordered

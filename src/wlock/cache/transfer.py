@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +56,10 @@ PROBE = 1024 * 1024
 # The probe reads 5 MiB that the download reads again: done only for a sync whose large
 # files make that under 2% (WLOCK_PROBE_FROM, in bytes, moves the line; tests lower it).
 PROBE_FROM = int(os.environ.get("WLOCK_PROBE_FROM", 256 * 1024 * 1024))
+# Small files at once, at most, whatever --jobs says: each is a request or two of Hub latency
+# (tens of ms on the real Hub), so concurrency, not bandwidth, bounds them (SmallGate says
+# why this many, and lowers it when the Hub answers 429).
+SMALL_CEILING = 64
 MAX_REDIRECTS = 10
 MAX_ATTEMPTS = 5
 # A transfer whose bytes stop for `timeout` seconds is cancelled and retried once: a server
@@ -64,6 +68,22 @@ MAX_ATTEMPTS = 5
 STALL_ATTEMPTS = 2
 DEFAULT_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
+
+
+def small_ceiling() -> int:
+    """SMALL_CEILING, or fewer where this process may open few files (macOS's default is
+    256): a small file in flight holds up to four descriptors (its connections to the
+    endpoint and to the CDN, its download lock, its temp file), and half the limit is left
+    to the rest of the sync."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):  # no such limit here (Windows)
+        return SMALL_CEILING
+    if soft == resource.RLIM_INFINITY:
+        return SMALL_CEILING
+    return max(1, min(SMALL_CEILING, soft // 2 // 4))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,12 +131,68 @@ class Aborted(Exception):
     """The transfer was stopped by Transfer.abort()."""
 
 
+class SmallGate:
+    """How many small-file requests are out at once: `ceiling` while the server takes them,
+    half as many when it answers 429 or 5xx (it asks for less), then one more for each file
+    that arrives, back up to the ceiling: additive increase, multiplicative decrease, the
+    rule of TCP's congestion control and of hf_xet's adaptive concurrency.
+
+    A burst of refusals halves it once, not once per refusal: only a request that started
+    after the last halving can halve it again (its answer is news about the new level). The
+    ceiling is where more requests stop helping on the machine: small files are
+    latency-bound below it and CPU-bound above (bench/small_files.py, 2 cores: 1,000 LFS
+    files 4.1 s at 32, 2.8 s at 64, 3.1 s at 128).
+    """
+
+    def __init__(self, ceiling: int) -> None:
+        self.ceiling = ceiling
+        self._limit = float(ceiling)
+        self.lowest = ceiling
+        self.backoffs = 0
+        self._busy = 0
+        self._round = 0
+        self._cond = threading.Condition()
+
+    @property
+    def limit(self) -> int:
+        return int(self._limit)
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[Callable[[], None]]:
+        """Hold one of the places; the callable it yields reports a refusal (429, 5xx)."""
+        with self._cond:
+            while self._busy >= int(self._limit):
+                self._cond.wait()
+            self._busy += 1
+            started = self._round
+        refused = False
+
+        def refuse() -> None:
+            nonlocal refused
+            refused = True
+            with self._cond:
+                if started == self._round:
+                    self._round += 1
+                    self._limit = max(1.0, self._limit / 2)
+                    self.lowest = min(self.lowest, int(self._limit))
+                    self.backoffs += 1
+
+        try:
+            yield refuse
+        finally:
+            with self._cond:
+                self._busy -= 1
+                if not refused:
+                    self._limit = min(float(self.ceiling), self._limit + 1)
+                self._cond.notify_all()
+
+
 class Transfer:
     """One endpoint, one token, one HTTP pool, and (when needed) a pool of worker processes."""
 
     def __init__(
         self, endpoint: str, token: str | None, *, jobs: int, connections: int = 8,
-        fixed: bool = False, timeout: float = DEFAULT_TIMEOUT,
+        fixed: bool = False, timeout: float = DEFAULT_TIMEOUT, small: int | None = None,
         on_bytes: Callable[[FetchJob, int], None] | None = None,
         wait: Callable[[float], object] | None = None,
     ) -> None:
@@ -132,6 +208,7 @@ class Transfer:
         self._origin = _origin(self.endpoint)
         self._token = token
         self._jobs = jobs
+        self.small_gate = SmallGate(small or small_ceiling())  # small files at once, at most
         # Measured on 2 cores, hf_transfer alone against the emulator: 4 files of 256 MiB at
         # once took 3.2 s with 8 connections each and 1.6 s with 2. So the budget is shared
         # by the large files in flight; raise it (--connections) for a distant CDN.
@@ -304,7 +381,13 @@ class Transfer:
                     actual_hash, actual_size = self._fetch_large(job, self._resolve(job),
                                                                  connections)
                 else:
-                    actual_hash, actual_size = self._fetch_small(job)
+                    with self.small_gate.slot() as refuse:
+                        try:
+                            actual_hash, actual_size = self._fetch_small(job)
+                        except _Retryable as e:
+                            if e.reason == "status":
+                                refuse()
+                            raise
                 break
             except _Retryable as e:
                 with contextlib.suppress(FileNotFoundError):

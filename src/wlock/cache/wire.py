@@ -171,13 +171,11 @@ class Wire:
 
 
 def _words(e: Exception) -> str:
-    """What happened on the wire, in words (http.client's own are terse)."""
+    """What happened on the wire, in words (the system's, where it has them)."""
     if isinstance(e, http.client.RemoteDisconnected):
         return "the server closed the connection without an answer"
     if isinstance(e, http.client.IncompleteRead):
         return f"the connection closed after {len(e.partial)} bytes of the body"
-    if isinstance(e, ConnectionResetError):
-        return "the connection was reset"
-    if isinstance(e, ConnectionRefusedError):
-        return "connection refused"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror  # "Connection refused", "Connection reset by peer", ...
     return str(e) or type(e).__name__

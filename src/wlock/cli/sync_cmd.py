@@ -152,6 +152,8 @@ def sync(
     info(_summary(plan, result))
     if result.link is not None and verbosity() >= 1:
         info(_link_line(result.link))
+    if result.small is not None and verbosity() >= 1:
+        info(_small_line(result.small))
 
 
 def _link_line(link: object) -> str:
@@ -164,6 +166,18 @@ def _link_line(link: object) -> str:
     return (f"link: one stream {rate}/s, four {link.four_streams / link.one_stream:.1f}x that; "
             f"{link.per_file} connections per large file ({link.files} at once): the limit "
             f"is {link.limit}")
+
+
+def _small_line(gate: object) -> str:
+    from wlock.cache.transfer import SmallGate
+
+    assert isinstance(gate, SmallGate)
+    line = f"small files: up to {gate.ceiling} at once"
+    if gate.backoffs:
+        line += (f"; the Hub asked for less (429 or 5xx): halved {gate.backoffs} time"
+                 f"{'s' if gate.backoffs > 1 else ''}, down to {gate.lowest}, then grown back "
+                 f"to {gate.limit}")
+    return line
 
 
 def _summary(plan: SyncPlan, result: SyncResult) -> str:
@@ -253,6 +267,9 @@ def _result_json(plan: SyncPlan, result: SyncResult | None, *, dry_run: bool,
                   "connections_per_file": result.link.per_file,
                   "files_at_once": result.link.files, "limit": result.link.limit}
                  if result and result.link else None),
+        "small_files": ({"ceiling": result.small.ceiling, "lowest": result.small.lowest,
+                         "backoffs": result.small.backoffs, "final": result.small.limit}
+                        if result and result.small else None),
         "seconds": round(result.seconds, 3) if result else 0.0,
     }
 
