@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 CHUNK = 16 * 1024 * 1024
+GROWING_CHUNK = 4 * 1024 * 1024  # GrowingHash's reads, into one buffer per file
 MMAP_FROM = 1024 * 1024
 DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 # A thread of HashPool takes small files this many (or this many bytes) at a time.
@@ -52,7 +53,8 @@ class GrowingHash:
         self._digest = new_digest(kind, size)
         self._fd: int | None = None
         self._at = 0
-        self._usable = hasattr(os, "SEEK_HOLE")
+        self._usable = hasattr(os, "SEEK_HOLE") and hasattr(os, "preadv")
+        self._buffer: memoryview | None = None
 
     @property
     def hashed(self) -> int:
@@ -96,12 +98,18 @@ class GrowingHash:
 
     def _read_to(self, end: int) -> None:
         assert self._fd is not None
+        if self._buffer is None:
+            # One buffer, read into again and again: a new 16 MiB bytes object per read
+            # was kept by glibc's per-thread arenas (measured: 585 MiB peak for a 1 GB sync,
+            # where 148 is the rest of it).
+            self._buffer = memoryview(bytearray(GROWING_CHUNK))
         while self._at < end:
-            data = os.pread(self._fd, min(CHUNK, end - self._at), self._at)
-            if not data:
+            n = os.preadv(self._fd, [self._buffer[:min(GROWING_CHUNK, end - self._at)]],
+                          self._at)
+            if not n:
                 return
-            self._digest.update(data)
-            self._at += len(data)
+            self._digest.update(self._buffer[:n])
+            self._at += n
 
 
 def hash_file(path: str | Path, kind: str) -> str:
