@@ -99,9 +99,8 @@ class GrowingHash:
     def _read_to(self, end: int) -> None:
         assert self._fd is not None
         if self._buffer is None:
-            # One buffer, read into again and again: a new 16 MiB bytes object per read
-            # was kept by glibc's per-thread arenas (measured: 585 MiB peak for a 1 GB sync,
-            # where 148 is the rest of it).
+            # One buffer, read into again and again: no 16 MiB bytes object per read for
+            # glibc's per-thread arenas to keep.
             self._buffer = memoryview(bytearray(GROWING_CHUNK))
         while self._at < end:
             n = os.preadv(self._fd, [self._buffer[:min(GROWING_CHUNK, end - self._at)]],
