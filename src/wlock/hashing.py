@@ -70,7 +70,10 @@ class GrowingHash:
             end = os.lseek(self._fd, self._at, os.SEEK_HOLE)
         except OSError:  # ENXIO: nothing at or past this offset yet; EINVAL: no holes here
             return
-        self._read_to(min(end, self._size))
+        try:
+            self._read_to(min(end, self._size))
+        except OSError:  # a read that fails here is not the download's failure:
+            self._usable = False  # finish() says None, and the file is hashed whole
 
     def finish(self) -> str | None:
         """The file's digest now that it is complete (None: it could not be followed)."""

@@ -323,7 +323,8 @@ class Transfer:
             url = self._resolve(job)
             one = self._probe(url, 1)
             four = self._probe(url, 4)
-        except (HubError, httpx2.HTTPError, OSError, _Retryable) as e:
+        except (HubError, httpx2.HTTPError, OSError, _Retryable,
+                threading.BrokenBarrierError) as e:
             status = getattr(getattr(e, "response", None), "status_code", None)
             self._per_file = max(1, base // 2)
             return LinkTuning(0.0, 0.0, self._per_file, files,
