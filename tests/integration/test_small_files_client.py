@@ -84,14 +84,19 @@ def small_project(hub: Hub, tmp_path: Path) -> tuple[Path, str]:
     return project, repo_id
 
 
+def _sync_with_proxy(hub: Hub, project: Path, cache: Path, proxy: _Proxy,
+                     no_proxy: str) -> None:
+    address = f"http://127.0.0.1:{proxy.server_address[1]}"
+    result = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project, env={"HTTP_PROXY": address, "NO_PROXY": no_proxy})
+    assert result.code == 0, result.stderr
+
+
 def test_small_files_go_through_the_users_proxy(
     hub: Hub, tmp_path: Path, small_project: tuple[Path, str], proxy: _Proxy
 ) -> None:
     project, _ = small_project
-    address = f"http://127.0.0.1:{proxy.server_address[1]}"
-    result = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(tmp_path / "c"),
-                       cwd=project, env={"HTTP_PROXY": address, "NO_PROXY": ""})
-    assert result.code == 0, result.stderr
+    _sync_with_proxy(hub, project, tmp_path / "c", proxy, no_proxy="")
     files = [f.path for f in read_lock(project / "weights.lock").repos[0].files]
     through = " ".join(proxy.seen)
     missing = [path for path in files if path.rsplit("/", 1)[-1] not in through]
@@ -103,10 +108,7 @@ def test_no_proxy_bypasses_it(
     hub: Hub, tmp_path: Path, small_project: tuple[Path, str], proxy: _Proxy
 ) -> None:
     project, _ = small_project
-    address = f"http://127.0.0.1:{proxy.server_address[1]}"
-    result = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(tmp_path / "c"),
-                       cwd=project, env={"HTTP_PROXY": address, "NO_PROXY": "127.0.0.1"})
-    assert result.code == 0, result.stderr
+    _sync_with_proxy(hub, project, tmp_path / "c", proxy, no_proxy="127.0.0.1")
     assert proxy.seen == []
 
 
