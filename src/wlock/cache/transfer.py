@@ -136,8 +136,12 @@ class Aborted(Exception):
 class SmallGate:
     """How many small-file requests are out at once: `ceiling` while the server takes them,
     half as many when it answers 429 or 5xx (it asks for less), then one more for each file
-    that arrives, back up to the ceiling: additive increase, multiplicative decrease, the
-    rule of TCP's congestion control and of hf_xet's adaptive concurrency.
+    that arrives, back up to the ceiling: additive increase, multiplicative decrease, TCP's
+    congestion rule. hf_xet's controller (xet-core, adaptive_concurrency/controller.rs) also
+    adds one at a time, and takes one away per failure, each at most once per time window,
+    judging success by a model of round-trip times; a sync's few seconds of small files
+    give such a model too little to learn from, and a server asking for less wants fewer
+    requests at once than one fewer.
 
     A burst of refusals halves it once, not once per refusal: only a request that started
     after the last halving can halve it again (its answer is news about the new level). The
