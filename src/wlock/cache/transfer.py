@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urljoin, urlsplit
 
-from wlock.cache.wire import Response, Wire, WireError
+from wlock.cache.wire import Response, Wire, WireError, origin_of
 from wlock.errors import (
     HubError,
     HubUnreachableError,
@@ -211,7 +211,7 @@ class Transfer:
         # Set once a file gave up because the endpoint refuses connections: the other files
         # then fail at once with the same cause instead of each retrying for seconds.
         self._down: str | None = None
-        self._origin = _origin(self.endpoint)
+        self._origin = origin_of(self.endpoint)
         self._token = token
         self._jobs = jobs
         self.small_gate = SmallGate(small or small_ceiling())  # small files at once, at most
@@ -382,7 +382,7 @@ class Transfer:
 
     def _headers_for(self, url: str) -> dict[str, str]:
         headers = {"Accept-Encoding": "identity"}
-        if self._token and _origin(url) == self._origin:
+        if self._token and origin_of(url) == self._origin:
             headers["Authorization"] = f"Bearer {self._token}"
         return headers
 
@@ -470,7 +470,7 @@ class Transfer:
             target = self._next_hop(url, response, job)
             if target is None:
                 return url
-            if _origin(target) != self._origin:
+            if origin_of(target) != self._origin:
                 return target  # a CDN: a signed URL, and no token
             url = target
         raise HubError(f"{job.label}: too many redirects from {self.endpoint}", repo=job.repo_id)
@@ -536,7 +536,7 @@ class Transfer:
         same-origin redirect of exactly that shape is learned; the bytes are verified
         against the lock either way.
         """
-        if job.hash_kind != "git-sha1" or _origin(target) != self._origin:
+        if job.hash_kind != "git-sha1" or origin_of(target) != self._origin:
             return
         path = urlsplit(target).path
         tail = f"/{job.revision}/{quote(job.path)}"
@@ -809,11 +809,6 @@ def _classify(response: Answer, job: FetchJob, endpoint: str) -> Exception:
 def _repo_key(job: FetchJob) -> tuple[str, str, str]:
     return (job.kind, job.repo_id, job.revision)
 
-
-def _origin(url: str) -> tuple[str, str, int]:
-    parts = urlsplit(url)
-    default = 443 if parts.scheme == "https" else 80
-    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
 
 
 def _transport_failure(

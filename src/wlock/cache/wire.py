@@ -29,6 +29,14 @@ Origin = tuple[str, str, int]
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
+def origin_of(url: str) -> Origin:
+    """(scheme, host, port) of `url`, the port filled in: what a connection is kept per, and
+    what the token is kept to."""
+    parts = urlsplit(url)
+    default = 443 if parts.scheme == "https" else 80
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
 class WireError(Exception):
     """A request that got no complete answer. `kind`: "connect" (nothing listens there, or
     the name does not resolve), "timeout" (no byte for the read timeout), "cut" (the
@@ -93,8 +101,7 @@ class Wire:
         """GET `url`; the connection goes back to the thread's pool when the body was read
         to its end, and is closed otherwise."""
         parts = urlsplit(url)
-        origin = (parts.scheme, (parts.hostname or "").lower(),
-                  parts.port or (443 if parts.scheme == "https" else 80))
+        origin = origin_of(url)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         headers = {"User-Agent": self._user_agent, **headers}
         for attempt in (1, 2):
