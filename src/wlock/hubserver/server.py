@@ -33,6 +33,11 @@ from wlock.hubserver.store import Commit, Repo, RepoStore, StoredFile
 _API_VERBS = frozenset({"revision", "tree", "refs", "paths-info"})
 _BODY_ACTIONS = frozenset({"truncate", "corrupt", "stall"})
 _EARLY_ACTIONS = frozenset({"status", "drop", "delay"})
+# A shaped body goes out in pieces of PACE_S seconds at its rate (at least 64 KiB), as a stream
+# held to a window by a long path delivers a window's bytes at a time. 64 KiB pieces at any
+# rate cost the emulator 0.9 s of CPU for 537 MB at 20 MB/s, taken from the client on a
+# 2-core machine; 10 ms pieces, 0.6 s.
+PACE_S = 0.01
 
 
 class Stats:
@@ -320,15 +325,16 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(bytes(data))
 
     def _send_shaped(self, f: Any, start: int, length: int, link: Any) -> None:
-        """The body paced to the link's rate, in 64 KiB pieces; or cut half-way when it is
-        the body the link resets."""
+        """The body paced to the link's rate, in pieces of PACE_S; or cut half-way when it
+        is the body the link resets."""
         with self.server.app.faults._lock:
             cut = link.reset_now()
         end = start + (length // 2 if cut else length)
         rate = link.mb_per_s * 1e6
+        piece = max(65536, int(rate * PACE_S)) if rate else 65536
         began, sent, offset = time.monotonic(), 0, start
         while offset < end:
-            n = min(65536, end - offset)
+            n = min(piece, end - offset)
             self.connection.sendfile(f, offset, n)
             offset += n
             sent += n
