@@ -37,6 +37,16 @@ def test_torch_checkpoints_import_only_what_safe_imports_allows(tmp_path: Path) 
         assert judge_pickle("acme/ok", found, Policy(pickle="deny"))
 
 
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "shard.bin", "weights.pkl"])
+def test_a_pickle_the_scanner_cannot_follow_is_unknown_not_a_crash(name: str) -> None:
+    """Random bytes that start with STACK_GLOBAL's opcode (a CI run's `.bin` of os.urandom
+    once did): picklescan raises ValueError; the lock must not end in a traceback, and the
+    file must not pass as safe."""
+    found = scan(reader(b"\x93" + os.urandom(5000)), name)
+    assert found.pickle and found.imports == ("unknown.unknown",)
+    assert judge_pickle("acme/odd", found, Policy())
+
+
 def test_a_file_that_is_no_pickle_says_so_and_a_zip_is_read_by_its_ends() -> None:
     assert not scan(reader(b"\x07" + os.urandom(5000)), "openvino_model.bin").pickle
     from tests.pickle_corpus import reduce_call, torch_zip

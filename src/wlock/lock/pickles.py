@@ -84,9 +84,23 @@ class RangeReader(io.RawIOBase):
         return done
 
 
+# What a pickle the scanner could not follow imports, as picklescan names an import it
+# cannot read: unknown, so refused by any policy that judges pickles.
+UNREADABLE = "unknown.unknown"
+
+
 def scan(stream: io.RawIOBase | io.BufferedIOBase, path: str) -> PickleScan:
     """The imports of the pickle(s) in `stream` (a torch zip, a legacy torch file, a plain
-    pickle). A file that holds no pickle at all gives `pickle=False`."""
+    pickle). A file that holds no pickle at all gives `pickle=False`; one whose opcodes the
+    scanner could read but not follow (picklescan raises ValueError for a STACK_GLOBAL
+    without its two operands, where it would otherwise crash the lock) imports UNREADABLE."""
+    try:
+        return _scan(stream, path)
+    except ValueError:
+        return PickleScan(path, (UNREADABLE,), True)
+
+
+def _scan(stream: io.RawIOBase | io.BufferedIOBase, path: str) -> PickleScan:
     from picklescan import scanner
 
     logging.getLogger("picklescan").setLevel(logging.ERROR)
