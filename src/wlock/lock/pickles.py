@@ -85,7 +85,7 @@ class RangeReader(io.RawIOBase):
 
 
 # What a pickle the scanner could not follow imports, as picklescan names an import it
-# cannot read: unknown, so refused by any policy that judges pickles.
+# cannot read: unknown, so refused by `safe-imports` (and by "deny", as any pickle).
 UNREADABLE = "unknown.unknown"
 
 
