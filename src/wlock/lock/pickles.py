@@ -92,11 +92,13 @@ UNREADABLE = "unknown.unknown"
 def scan(stream: io.RawIOBase | io.BufferedIOBase, path: str) -> PickleScan:
     """The imports of the pickle(s) in `stream` (a torch zip, a legacy torch file, a plain
     pickle). A file that holds no pickle at all gives `pickle=False`; one whose opcodes the
-    scanner could read but not follow (picklescan raises ValueError for a STACK_GLOBAL
-    without its two operands, where it would otherwise crash the lock) imports UNREADABLE."""
+    scanner could read but not follow imports UNREADABLE: picklescan raises ValueError for a
+    STACK_GLOBAL without its two operands, and MemoryError where a torch file's first opcode
+    declares a string of 2^40 bytes (both seen on random `.bin` files: they ended the lock in
+    a traceback)."""
     try:
         return _scan(stream, path)
-    except ValueError:
+    except (ValueError, MemoryError):
         return PickleScan(path, (UNREADABLE,), True)
 
 
