@@ -810,7 +810,6 @@ def _repo_key(job: FetchJob) -> tuple[str, str, str]:
     return (job.kind, job.repo_id, job.revision)
 
 
-
 def _transport_failure(
     endpoint: str, job: FetchJob, e: Exception, timeout: float
 ) -> _Retryable:
