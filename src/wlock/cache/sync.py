@@ -525,26 +525,31 @@ def _download_all(
         # connections); small files are latency-bound and get their own, wider concurrency,
         # so thousands of them do not wait behind the shards or behind --jobs.
         # Largest first within each: the long transfers start at once.
-        ordered = sorted(downloads, key=lambda d: -d[1].size)
-        bigs = [(r, f) for r, f in ordered if f.size >= LARGE_FILE]
-        # Offline, or with other sources to ask first (another cache, the archive), the
-        # Hub may never be asked: no probe then, and no worker started before it is needed.
-        hub_only = bool(bigs) and not sources.offline and not sources.sources
-        if hub_only:
-            transfer.warm(min(jobs, len(bigs)))
-        if hub_only and connections is None and sum(f.size for _, f in bigs) >= PROBE_FROM:
-            r0, f0 = bigs[0]
-            tuning[0] = transfer.tune(FetchJob(
-                kind=r0.kind, repo_id=r0.id, revision=r0.revision, path=f0.path,
-                size=f0.size, etag=f0.etag, hash_kind=f0.hash_kind,
-                temp=temp_blob_path(builds[r0.key].paths, f0.etag)), min(jobs, len(bigs)))
-        if any(f.size < LARGE_FILE for _, f in ordered):
-            tuning[1] = transfer.small_gate
-        futures = {
-            (large if f.size >= LARGE_FILE else small).submit(one, repo, f): (repo, f)
-            for repo, f in ordered
-        }
+        # Ctrl-C anywhere in here, even while the first files are handed out (their
+        # threads may already wait on another sync's blob locks): stop everything in flight
+        # instead of waiting for it. Seen: a SIGINT between the first submit and the loop
+        # below left the pools' exit waiting out the other writer's download.
         try:
+            ordered = sorted(downloads, key=lambda d: -d[1].size)
+            bigs = [(r, f) for r, f in ordered if f.size >= LARGE_FILE]
+            # Offline, or with other sources to ask first (another cache, the archive), the
+            # Hub may never be asked: no probe then, and no worker started before it is
+            # needed.
+            hub_only = bool(bigs) and not sources.offline and not sources.sources
+            if hub_only:
+                transfer.warm(min(jobs, len(bigs)))
+            if hub_only and connections is None and sum(f.size for _, f in bigs) >= PROBE_FROM:
+                r0, f0 = bigs[0]
+                tuning[0] = transfer.tune(FetchJob(
+                    kind=r0.kind, repo_id=r0.id, revision=r0.revision, path=f0.path,
+                    size=f0.size, etag=f0.etag, hash_kind=f0.hash_kind,
+                    temp=temp_blob_path(builds[r0.key].paths, f0.etag)), min(jobs, len(bigs)))
+            if any(f.size < LARGE_FILE for _, f in ordered):
+                tuning[1] = transfer.small_gate
+            futures = {
+                (large if f.size >= LARGE_FILE else small).submit(one, repo, f): (repo, f)
+                for repo, f in ordered
+            }
             for future in as_completed(futures):
                 repo, f = futures[future]
                 try:
@@ -559,7 +564,6 @@ def _download_all(
                     failures.append(_local(e, cache_dir, f"{repo.id}/{f.path}"))
                     failed.add((*repo.key, f.etag))
         except BaseException:
-            # Ctrl-C: stop the transfers in flight instead of waiting for them to finish.
             for pool in (large, small):
                 pool.shutdown(wait=False, cancel_futures=True)
             transfer.abort()
