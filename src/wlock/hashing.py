@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 CHUNK = 16 * 1024 * 1024
-GROWING_CHUNK = 4 * 1024 * 1024  # GrowingHash's reads, into one buffer per file
+GROWING_WINDOW = 4 * 1024 * 1024  # GrowingHash maps this much of a file at a time
 MMAP_FROM = 1024 * 1024
 DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: map the pages in one call, not a fault each
 # A thread of HashPool takes small files this many (or this many bytes) at a time.
 GROUP_FILES = 256
 GROUP_BYTES = 4 * 1024 * 1024
@@ -53,8 +54,7 @@ class GrowingHash:
         self._digest = new_digest(kind, size)
         self._fd: int | None = None
         self._at = 0
-        self._usable = hasattr(os, "SEEK_HOLE") and hasattr(os, "preadv")
-        self._buffer: memoryview | None = None
+        self._usable = hasattr(os, "SEEK_HOLE")
 
     @property
     def hashed(self) -> int:
@@ -72,7 +72,7 @@ class GrowingHash:
             return
         try:
             self._read_to(min(end, self._size))
-        except OSError:  # a read that fails here is not the download's failure:
+        except OSError:  # a mapping that fails here is not the download's failure:
             self._usable = False  # finish() says None, and the file is hashed whole
 
     def finish(self) -> str | None:
@@ -81,7 +81,10 @@ class GrowingHash:
             if not self._usable or not self._open():
                 return None
             assert self._fd is not None
-            self._read_to(os.fstat(self._fd).st_size)
+            try:
+                self._read_to(os.fstat(self._fd).st_size)
+            except OSError:  # a mapping refused (a filesystem without mmap): hash it whole
+                return None
             return str(self._digest.hexdigest())
         finally:
             self.close()
@@ -100,18 +103,23 @@ class GrowingHash:
         return True
 
     def _read_to(self, end: int) -> None:
+        """Hash [at, end) through read-only mappings of GROWING_WINDOW at a time, populated
+        in one call: the pages are the page cache's own, so nothing is copied. Read back
+        into a buffer with preadv, the copy cost 0.55 s of system time per GiB, on 2 cores
+        the download already keeps busy (a 4 GB sync: the parent's 2.63 s of system time
+        became 0.15 s). A small window keeps the mapped pages out of the process's
+        resident size."""
         assert self._fd is not None
-        if self._buffer is None:
-            # One buffer, read into again and again: no 16 MiB bytes object per read for
-            # glibc's per-thread arenas to keep.
-            self._buffer = memoryview(bytearray(GROWING_CHUNK))
+        # Never map past the file's end: touching a page there is SIGBUS, not an error.
+        end = min(end, os.fstat(self._fd).st_size)
         while self._at < end:
-            n = os.preadv(self._fd, [self._buffer[:min(GROWING_CHUNK, end - self._at)]],
-                          self._at)
-            if not n:
-                return
-            self._digest.update(self._buffer[:n])
-            self._at += n
+            base = self._at - self._at % mmap.ALLOCATIONGRANULARITY
+            length = min(GROWING_WINDOW, end - base)
+            with mmap.mmap(self._fd, length, flags=mmap.MAP_SHARED | _POPULATE,
+                           prot=mmap.PROT_READ, offset=base) as mapped, \
+                    memoryview(mapped) as view:
+                self._digest.update(view[self._at - base:])
+            self._at = base + length
 
 
 def hash_file(path: str | Path, kind: str) -> str:

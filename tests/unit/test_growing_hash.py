@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from wlock import hashing
 from wlock.hashing import GrowingHash
 
 MiB = 1024 * 1024
@@ -66,6 +67,24 @@ def test_finish_reads_what_advance_did_not_reach(tmp_path: Path) -> None:
     path = tmp_path / "blob"
     path.write_bytes(data)
     assert GrowingHash(path, "sha256", len(data)).finish() == hashlib.sha256(data).hexdigest()
+
+
+def test_a_file_that_grows_by_uneven_pieces_is_hashed_from_where_it_stopped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mapping starts on a page boundary: after a piece that ended mid-page, the next
+    one is hashed from that byte, not from the page's start (also where a piece takes
+    several mappings)."""
+    monkeypatch.setattr(hashing, "GROWING_WINDOW", MiB)
+    data = os.urandom(3 * 1_000_003 + 5 * MiB)
+    path = tmp_path / "blob"
+    growing = GrowingHash(path, "sha256", len(data))
+    with open(path, "wb") as out:
+        for piece in (1_000_003, 1_000_003, 1_000_003, 5 * MiB):
+            out.write(data[out.tell():out.tell() + piece])
+            out.flush()
+            growing.advance()
+    assert growing.hashed == len(data)
+    assert growing.finish() == hashlib.sha256(data).hexdigest()
 
 
 def test_a_range_that_changes_after_it_was_hashed_makes_the_claim_wrong(tmp_path: Path) -> None:

@@ -624,12 +624,16 @@ class Transfer:
         return last
 
 
-# glibc's malloc, in a worker: without these, the ranges hf_transfer frees are kept by the
-# allocator (its mmap threshold rises after the first large free, and each of tokio's threads
-# gets an arena), so a worker grew with the size of the files it had downloaded: 393 MiB for
-# a 10 GB sync against 280 MiB for 1 GB. Measured on 4 x 1 GiB: 196 MiB peak without, 155
-# with. A user's own settings win.
-_WORKER_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1024 * 1024), "MALLOC_ARENA_MAX": "2"}
+# glibc's malloc, in a worker. hf_transfer allocates each 4 MiB range anew; left alone, glibc
+# keeps what it frees in an arena per tokio thread, and a worker grew with the files it had
+# downloaded (393 MiB for a 10 GB sync against 280 MiB for 1 GB). Mapping every range
+# (MALLOC_MMAP_THRESHOLD_ 1 MiB) held that to 150 MiB, but each range then came as fresh
+# zeroed pages, a fault per page: on 2 cores it made hf_transfer alone 25-35% slower (4 x 1
+# GiB), and a 10 GB sync took 39-43 s. One arena, ranges from the heap (the mmap threshold
+# above them), the heap trimmed beyond 16 MiB free: the same sync 31-34 s, peak 181-184 MiB
+# (the process tree's PSS). A user's own settings win.
+_WORKER_MALLOC = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
+                  "MALLOC_TRIM_THRESHOLD_": str(16 * 1024 * 1024)}
 
 
 class _WorkerPool:
