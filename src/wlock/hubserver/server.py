@@ -38,6 +38,8 @@ _EARLY_ACTIONS = frozenset({"status", "drop", "delay"})
 # rate cost the emulator 0.9 s of CPU for 537 MB at 20 MB/s, taken from the client on a
 # 2-core machine; 10 ms pieces, 0.6 s.
 PACE_S = 0.01
+# A body this small goes out with its headers, in one write (the rest through sendfile).
+SMALL_BODY = 64 * 1024
 
 
 class Stats:
@@ -245,9 +247,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         for key, value in headers.items():
             self.send_header(key, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+        self._end_headers_with(b"" if self.command == "HEAD" else body)
+
+    def _end_headers_with(self, body: bytes) -> None:
+        """End the headers and send them and `body` in one write: one segment and one
+        wakeup of the client per small answer, not two. Measured: 1,000 small LFS files
+        (2,000 requests) by one asyncio client without added latency, where the emulator is
+        the limit: 2.14 s -> 1.24-1.33 s. On two cores shared with the client, the
+        emulator's time is time a benchmark charges to the client."""
+        # The header lines send_header() gathered and end_headers() would send alone
+        # (BaseHTTPRequestHandler's own list, since Python 3.3).
+        pending: list[bytes] = getattr(self, "_headers_buffer")  # noqa: B009
+        pending += (b"\r\n", body)
+        self.flush_headers()
 
     def _send_json(self, data: Any, headers: dict[str, str] | None = None) -> None:
         body = json.dumps(data).encode()
@@ -294,8 +306,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Accept-Ranges", "bytes")
         for key, value in headers.items():
             self.send_header(key, value)
-        self.end_headers()
         if self.command == "HEAD" or length == 0:
+            self.end_headers()
             return
         url = urlsplit(self.path)
         rule = self.server.app.faults.take(
@@ -304,9 +316,13 @@ class _Handler(BaseHTTPRequestHandler):
         if self._logged is not None:
             self._logged["bytes"] = length
         link = self.server.app.faults.link
+        shaped = link.applies(self.server.name) and (link.mb_per_s or link.reset_every)
         with open(path, "rb") as f:
-            if rule is None and link.applies(self.server.name) and (
-                    link.mb_per_s or link.reset_every):
+            if rule is None and not shaped and length <= SMALL_BODY:
+                self._end_headers_with(os.pread(f.fileno(), length, start))
+                return
+            self.end_headers()
+            if rule is None and shaped:
                 self._send_shaped(f, start, length, link)
             elif rule is None:
                 self.connection.sendfile(f, start, length)
