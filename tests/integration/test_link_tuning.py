@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Hub, run_wlock, write_project
-from wlock.cache.transfer import SMALL_CEILING, FetchJob, SmallGate, Transfer
+from wlock.cache.transfer import SMALL_CEILING, FetchJob, SmallGate, Transfer, capped
 
 SIZE = 12 * 2**20
 
@@ -36,16 +36,44 @@ def tune(hub: Hub, repo_id: str, tmp_path: Path, files: int = 4, connections: in
 def test_a_link_that_caps_each_stream_gets_the_ceiling(
         hub: Hub, big: str, tmp_path: Path) -> None:
     hub.process.faults(link={"mb_per_s": 10, "delay_ms": 20, "listener": "cdn"})
+    hub.process.reset_stats()
     chosen = tune(hub, big, tmp_path)
     assert chosen.four_streams > 2.5 * chosen.one_stream
     assert chosen.per_file == 16 and "the link per stream" in chosen.limit
+    # Four streams at ~4x one: decisive, no third round trip for a second single stream.
+    assert hub.process.stats()["requests"]["cdn"] == 1 + 4
     assert tune(hub, big, tmp_path, files=1, connections=32).per_file == 32
 
 
 def test_loopback_keeps_todays_connections(hub: Hub, big: str, tmp_path: Path) -> None:
+    hub.process.reset_stats()
     chosen = tune(hub, big, tmp_path)
     assert chosen.per_file == 2, chosen  # 8 shared by 4 files, as before
     assert "do not help" in chosen.limit
+    # Under GAIN, a second single stream could only lower the gain: not measured.
+    assert hub.process.stats()["requests"]["cdn"] == 1 + 4
+
+
+@pytest.mark.parametrize("one, four, again, used, more", [
+    (10.0, 40.0, None, 10.0, True),   # decisive: four bring 4x, no second look
+    (10.0, 30.0, None, 10.0, True),   # at DECISIVE exactly
+    (10.0, 25.0, 10.0, 10.0, True),   # 2.5x: looked at again, the same: capped
+    (10.0, 25.0, 15.0, 15.0, False),  # the first single stream was slowed (a busy machine)
+    (10.0, 15.0, None, 10.0, False),  # under GAIN: nothing to look at again
+    (0.0, 15.0, 5.0, 5.0, True),      # no rate for the first: measured again
+])
+def test_when_a_second_single_stream_is_measured(
+    one: float, four: float, again: float | None, used: float, more: bool
+) -> None:
+    asked: list[float] = []
+
+    def second() -> float:
+        assert again is not None, "measured again where it could not change the verdict"
+        asked.append(again)
+        return again
+
+    assert capped(one, four, second) == (used, more)
+    assert asked == ([] if again is None else [again])
 
 
 def test_a_server_answering_429_gets_fewer(hub: Hub, big: str, tmp_path: Path) -> None:
