@@ -192,6 +192,12 @@ def test_repeated_and_folded_header_fields(wire: Wire) -> None:
     b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
     b"HTTP/1.1 200 OK\r\n" + b"X: " + b"y" * 70_000 + b"\r\n\r\n",  # a head past MAX_HEAD
     b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",  # then the connection closes
+    # What int() would read as a number: a negative or prefixed chunk size, a superscript.
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n",
+    "HTTP/1.1 200 OK\r\nContent-Length: 1\u00b2\r\n\r\nx".encode("latin-1"),
+    "HTTP/1.1 2\u00b200 OK\r\nContent-Length: 0\r\n\r\n".encode("latin-1"),
+    b"HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n",
 ])
 def test_what_is_not_a_complete_answer_is_a_cut(wire: Wire, answer: bytes) -> None:
     server = Scripted([answer])

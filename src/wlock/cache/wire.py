@@ -45,6 +45,10 @@ _PRINTABLE = "".join(map(chr, range(33, 127)))
 # What would split a request line or a header field (a request smuggled into another).
 _NOT_IN_TARGET = re.compile("[\x00-\x20\x7f]")
 _NOT_IN_FIELD = re.compile("[\r\n\x00]")
+# A status code, a Content-Length, a chunk's size: ASCII digits only (str.isdigit() and int()
+# also take "²", signs, underscores, "0x").
+_DIGITS = re.compile("[0-9]{1,19}")
+_HEX = re.compile(b"[0-9A-Fa-f]{1,16}")
 
 
 class _Stale(Exception):
@@ -135,7 +139,8 @@ class _Connection:
         lines = head.decode("latin-1").split("\r\n")
         version, _, rest = lines[0].partition(" ")
         code = rest[:3]
-        if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
+        if not version.startswith("HTTP/1.") or not _DIGITS.fullmatch(code) or \
+                rest[3:4] not in ("", " "):
             raise WireError("cut", f"not an HTTP/1.1 answer: {lines[0][:80]!r}")
         fields: dict[str, str] = {}
         name = ""
@@ -184,7 +189,7 @@ class Response:
             self.will_close = self.will_close or not self._chunked
         elif (length := headers.get("Content-Length")) is not None:
             values = {v.strip() for v in length.split(",")}
-            if len(values) != 1 or not (value := values.pop()).isdigit():
+            if len(values) != 1 or not _DIGITS.fullmatch(value := values.pop()):
                 raise WireError("cut", f"an invalid Content-Length: {length[:40]!r}")
             self._length = int(value)
         else:
@@ -218,11 +223,10 @@ class Response:
         connection = self._connection
         while True:
             line = connection.line()
-            digits = line.split(b";", 1)[0].strip()
-            try:
-                left = int(digits, 16)
-            except ValueError:
-                raise WireError("cut", f"a malformed chunk size: {line[:40]!r}") from None
+            digits = line.split(b";", 1)[0].strip(b" \t")
+            if not _HEX.fullmatch(digits):  # int() would take "-1", "0x10", "1_0"
+                raise WireError("cut", f"a malformed chunk size: {line[:40]!r}")
+            left = int(digits, 16)
             if left == 0:
                 while connection.line():  # trailer fields, up to the empty line
                     pass
