@@ -124,6 +124,15 @@ def read_only(mount: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
 
 
+def random_weights(size: int) -> bytes:
+    """`size` random bytes no scanner takes for a pickle. `wlock lock` scans a file named
+    `.bin` (or `.pt`, `.ckpt`, ...) as one when its first byte is a pickle opcode, and about
+    1 random file in 200 then reads as a pickle the scanner cannot follow, which the default
+    policy refuses (exit 7): a test of something else failing by chance. A first byte that
+    is no opcode makes it "not a pickle", as a raw tensor dump is."""
+    return b"\0" + os.urandom(size - 1) if size else b""
+
+
 def write_project(folder: Path, manifest: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "weights.toml").write_text(manifest, encoding="utf-8")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, default_signals, run_wlock, write_project
+from tests.conftest import Hub, default_signals, random_weights, run_wlock, write_project
 from wlock.cli.progress import BIG_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +60,7 @@ def test_errors_in_colour_only_when_asked(tmp_path: Path) -> None:
 
 def test_no_progress_silences_progress(hub: Hub, tmp_path: Path) -> None:
     repo_id = hub.unique_id("quiet")
-    hub.builder.commit("model", repo_id, {"big.bin": os.urandom(BIG_FILE + 1)})
+    hub.builder.commit("model", repo_id, {"big.bin": random_weights(BIG_FILE + 1)})
     project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
     assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
     env = {"HF_HUB_DISABLE_PROGRESS_BARS": ""}
@@ -130,7 +130,7 @@ def test_progress_on_a_terminal_shows_only_transfers_in_flight(
     from wlock.cache.transfer import LARGE_FILE
 
     repo_id = hub.unique_id("bars")
-    files = {f"shard-{i}.bin": os.urandom(LARGE_FILE + 1_000_000) for i in range(5)}
+    files = {f"shard-{i}.bin": random_weights(LARGE_FILE + 1_000_000) for i in range(5)}
     hub.builder.commit("model", repo_id, files)
     project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
     assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import scan_cache_dir
 
-from tests.conftest import Hub, run_wlock, tmpfs, write_project
+from tests.conftest import Hub, random_weights, run_wlock, tmpfs, write_project
 from tests.integration.test_archive import dead_endpoint, model, project, wlock
 from wlock.lock.lockfile import read_lock
 from wlock.models import LockedFile
@@ -90,14 +90,14 @@ def test_export_of_a_repo_not_in_the_cache_says_to_sync(project: Path, tmp_path:
 
 
 def test_gc_with_two_projects_removes_only_what_neither_uses(hub: Hub, tmp_path: Path) -> None:
-    shared_bytes = os.urandom(9 * 1024 * 1024)  # large: an LFS blob, shared by commits
+    shared_bytes = random_weights(9 * 1024 * 1024)  # large: an LFS blob, shared by commits
     repo_id = hub.unique_id("gc")
-    old = hub.builder.commit("model", repo_id, {"model.bin": os.urandom(1_000_000),
+    old = hub.builder.commit("model", repo_id, {"model.bin": random_weights(1_000_000),
                                                 "shared.bin": shared_bytes})
-    middle = hub.builder.commit("model", repo_id, {"model.bin": os.urandom(1_000_000)})
+    middle = hub.builder.commit("model", repo_id, {"model.bin": random_weights(1_000_000)})
     newest = hub.builder.commit("model", repo_id, {"config.json": b"{}\n"})
     gone_id = hub.unique_id("gc-unused")
-    hub.builder.commit("model", gone_id, {"weights.bin": os.urandom(2_000_000)})
+    hub.builder.commit("model", gone_id, {"weights.bin": random_weights(2_000_000)})
     cache = tmp_path / "shared-hf"
 
     def project(name: str, manifest: str) -> Path:

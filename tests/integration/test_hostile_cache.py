@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Hub, run_wlock, write_project
+from tests.conftest import Hub, random_weights, run_wlock, write_project
 from tests.integration.test_promises import _a_dead_pid
 from tests.integration.test_sync import synced_tiny_bert
 from wlock.atomic import HOST, MACHINE
@@ -432,7 +432,7 @@ def test_sync_replaces_a_fifo_where_a_downloaded_blob_belongs(
     downloading, sync asks whether another writer published the blob: it opens what is
     there without blocking, instead of hanging on a reader that never comes."""
     repo_id = hub.unique_id("fifo")
-    hub.builder.commit("model", repo_id, {"file.bin": os.urandom(size), "config.json": b"{}"})
+    hub.builder.commit("model", repo_id, {"file.bin": random_weights(size), "config.json": b"{}"})
     project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
     assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
     cache = tmp_path / "cache"
@@ -457,7 +457,7 @@ def test_a_folder_where_a_blob_belongs_fails_that_file_alone_with_exit_6(
     its place. That file fails with a LocalError (exit 6, one line, no traceback) after the
     other files were fetched, and check names it."""
     repo_id = hub.unique_id("folder-blob")
-    hub.builder.commit("model", repo_id, {"file.bin": os.urandom(5000), "config.json": b"{}",
+    hub.builder.commit("model", repo_id, {"file.bin": random_weights(5000), "config.json": b"{}",
                                           "a.txt": b"abc"})
     project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
     assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
