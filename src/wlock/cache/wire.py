@@ -33,7 +33,7 @@ import ssl
 import threading
 import urllib.request
 from collections.abc import Iterator
-from urllib.parse import quote, urlsplit
+from urllib.parse import SplitResult, quote, urlsplit
 
 Origin = tuple[str, str, int]
 
@@ -55,10 +55,10 @@ class _Stale(Exception):
     """A reused keep-alive connection the server had closed: no byte of an answer came."""
 
 
-def origin_of(url: str) -> Origin:
-    """(scheme, host, port) of `url`, the port filled in: what a connection is kept per, and
-    what the token is kept to."""
-    parts = urlsplit(url)
+def origin_of(url: str | SplitResult) -> Origin:
+    """(scheme, host, port) of `url` (or of its parts, already split), the port filled in:
+    what a connection is kept per, and what the token is kept to."""
+    parts = urlsplit(url) if isinstance(url, str) else url
     default = 443 if parts.scheme == "https" else 80
     return parts.scheme, (parts.hostname or "").lower(), parts.port or default
 
@@ -268,7 +268,7 @@ class Wire:
         """GET `url`; the connection goes back to the thread's pool when the body was read
         to its end, and is closed otherwise."""
         parts = urlsplit(url)
-        origin = origin_of(url)
+        origin = origin_of(parts)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         host = parts.netloc.rpartition("@")[2]
         if not target.isascii():  # a redirect's raw UTF-8: sent percent-encoded, as browsers do
