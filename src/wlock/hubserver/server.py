@@ -300,12 +300,7 @@ class _Handler(BaseHTTPRequestHandler):
             if whole and length:
                 self._send_guarded(path, size, headers, guard, key)
                 return
-        self.send_response(status)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(length))
-        self.send_header("Accept-Ranges", "bytes")
-        for key, value in headers.items():
-            self.send_header(key, value)
+        self._file_head(status, length, headers)
         if self.command == "HEAD" or length == 0:
             self.end_headers()
             return
@@ -339,6 +334,16 @@ class _Handler(BaseHTTPRequestHandler):
                 data = bytearray(f.read(length))
                 data[len(data) // 2] ^= 0xFF
                 self.wfile.write(bytes(data))
+
+    def _file_head(self, status: int, length: int, headers: dict[str, str]) -> None:
+        """The status and header lines of an answer carrying a file's bytes (not yet sent:
+        the caller ends them, alone or with a small body)."""
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(length))
+        self.send_header("Accept-Ranges", "bytes")
+        for name, value in headers.items():
+            self.send_header(name, value)
 
     def _send_shaped(self, f: Any, start: int, length: int, link: Any) -> None:
         """The body paced to the link's rate, in pieces of PACE_S; or cut half-way when it
@@ -698,12 +703,7 @@ class _Handler(BaseHTTPRequestHandler):
         """The whole file, hashed as it goes; the last chunk only once the hash is the
         blob's name. On a mismatch the connection ends short: the client sees a truncated
         body (Content-Length says more), never a complete file with the wrong bytes."""
-        self.send_response(200)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(size))
-        self.send_header("Accept-Ranges", "bytes")
-        for name, value in headers.items():
-            self.send_header(name, value)
+        self._file_head(200, size, headers)
         self.end_headers()
         if self._logged is not None:
             self._logged["bytes"] = size
