@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wlock.atomic import MACHINE, temp_path_for
+from wlock.atomic import MACHINE, temp_name, temp_path_for
 from wlock.errors import UnsafeCacheError
 from wlock.lock.lockfile import is_commit
 from wlock.models import LockedFile, LockedRepo, RepoKind
@@ -101,6 +101,15 @@ class RepoPaths:
     root: Path
     # Folders already checked to be real folders; a RepoPaths lives for one command.
     verified: set[str] = field(default_factory=set, compare=False, repr=False)
+    # `blobs/` and the blobs' lock folder as strings, for the steps taken once per file: a
+    # pathlib join costs more than the system call it names (a small file's sync made ten).
+    blobs_dir: str = field(init=False, compare=False, repr=False)
+    locks_dir: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "blobs_dir", os.path.join(self.root, "blobs"))
+        object.__setattr__(self, "locks_dir",
+                           os.path.join(self.cache_dir, ".locks", self.root.name))
 
     @classmethod
     def of(cls, cache_dir: Path, repo: LockedRepo) -> RepoPaths:
@@ -112,6 +121,10 @@ class RepoPaths:
 
     def blob(self, etag: str) -> Path:
         return self.root / "blobs" / etag
+
+    def blob_file(self, etag: str) -> str:
+        """`blob(etag)`, as a string."""
+        return f"{self.blobs_dir}/{etag}"
 
     def snapshot(self, revision: str) -> Path:
         return self.root / "snapshots" / revision
@@ -133,15 +146,14 @@ def folder_problem(paths: RepoPaths, folder: Path) -> str | None:
     return _walk_folders(paths, folder, create=False)
 
 
-def make_folder(paths: RepoPaths, folder: Path) -> Path:
+def make_folder(paths: RepoPaths, folder: Path | str) -> None:
     """Create `folder` and its parents inside the cache, refusing to go through a link.
 
     Raises UnsafeCacheError (exit 6) naming a link or file where a folder belongs.
     """
     if str(folder) not in paths.verified:
         paths.cache_dir.mkdir(parents=True, exist_ok=True)
-        _walk_folders(paths, folder, create=True)
-    return folder
+        _walk_folders(paths, Path(folder), create=True)
 
 
 def _walk_folders(paths: RepoPaths, folder: Path, *, create: bool) -> str | None:
@@ -223,11 +235,12 @@ def describe_ref(paths: RepoPaths, name: str) -> str:
     return f"{ref} holds no commit"
 
 
-def temp_blob_path(paths: RepoPaths, etag: str) -> Path:
-    return temp_path_for(paths.blob(etag), TEMP_SUFFIX)
+def temp_blob_path(paths: RepoPaths, etag: str) -> str:
+    """Where this process writes a blob before it is verified and published."""
+    return f"{paths.blobs_dir}/{temp_name(etag, TEMP_SUFFIX)}"
 
 
-def publish_blob(tmp: Path, blob: Path, *, replace: bool = False) -> bool:
+def publish_blob(tmp: Path | str, blob: Path | str, *, replace: bool = False) -> bool:
     """Give a verified temp file its blob name; True when ours is the one published.
 
     A blob another writer already published is kept, never replaced: on a network
@@ -260,20 +273,24 @@ def publish_blob(tmp: Path, blob: Path, *, replace: bool = False) -> bool:
 def write_empty_blob(paths: RepoPaths, file: LockedFile, *, replace: bool = False) -> None:
     """Zero-byte files are never fetched (hf_transfer fails on them with 416)."""
     tmp = temp_blob_path(paths, file.etag)
-    tmp.touch()
-    publish_blob(tmp, paths.blob(file.etag), replace=replace)
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+    publish_blob(tmp, paths.blob_file(file.etag), replace=replace)
 
 
 def blob_lock_path(paths: RepoPaths, etag: str) -> Path:
     """huggingface_hub's own lock file for a blob (`<cache>/.locks/<repo folder>/<etag>.lock`):
     taking the same lock makes wlock and huggingface_hub downloads wait for each other."""
-    return paths.cache_dir / ".locks" / paths.root.name / f"{etag}.lock"
+    return Path(_lock_file(paths, etag))
+
+
+def _lock_file(paths: RepoPaths, etag: str) -> str:
+    return f"{paths.locks_dir}/{etag}.lock"
 
 
 _FLOCK: dict[str, bool] = {}
 
 
-def flock_works(folder: Path) -> bool:
+def flock_works(folder: Path | str) -> bool:
     """Whether `flock` excludes on the filesystem of `folder` (a folder of `.locks`).
 
     On some network filesystems (Lustre with `localflock`, NFS with `local_lock=all`) flock
@@ -288,7 +305,7 @@ def flock_works(folder: Path) -> bool:
     # Keyed by the folder, not its filesystem: no stat on the path of every small file.
     key = str(folder)
     if key not in _FLOCK:
-        works = _probe_flock(folder)
+        works = _probe_flock(Path(folder))
         if works is None:
             return False  # no such folder (yet): ask again once it exists
         _FLOCK[key] = works
@@ -350,7 +367,7 @@ class _Leases:
             return list(self._paths)
 
     @contextlib.contextmanager
-    def hold(self, path: Path) -> Iterator[None]:
+    def hold(self, path: Path | str) -> Iterator[None]:
         key = str(path)
         with self._lock:
             self._paths[key] = self._paths.get(key, 0) + 1
@@ -394,12 +411,12 @@ def claim_blob(
     `on_wait(bytes)` hears how far the holder got, for the waiter's progress bar.
     """
 
-    blob = paths.blob(file.etag)
-    lock = blob_lock_path(paths, file.etag)
+    blob = paths.blob_file(file.etag)
+    lock = _lock_file(paths, file.etag)
     fd = None
     try:
-        make_folder(paths, lock.parent)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o664) if flock_works(lock.parent) \
+        make_folder(paths, paths.locks_dir)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o664) if flock_works(paths.locks_dir) \
             else None
     except (OSError, UnsafeCacheError):
         fd = None  # a read-only .locks or odd filesystem: proceed without the lock
@@ -429,7 +446,7 @@ def claim_blob(
             os.close(fd)  # releases the flock
 
 
-def _published(blob: Path, size: int) -> bool:
+def _published(blob: Path | str, size: int) -> bool:
     # Opened, not only stat'ed: on a network filesystem this node may hold the attributes
     # of the inode from when it was another writer's growing temp file (JuiceFS caches
     # them for a second); an open revalidates them. Measured: 1 blob in 47 fetched twice
@@ -465,12 +482,14 @@ def ensure_link(paths: RepoPaths, folder: Path, file: LockedFile, *, fresh: bool
     """Point `<folder>/<path>` (a snapshot, or its staging folder) at its blob. A link or
     file already there is replaced, never followed.
     `fresh`: `folder` is a staging folder this process just made, so nothing is there."""
-    link = folder / file.path
     target = link_target(file.path, file.etag)
-    make_folder(paths, link.parent)
-    if fresh:
-        os.symlink(target, link)
+    if fresh:  # once per file of a new snapshot: strings, not pathlib (RepoPaths says why)
+        name = f"{folder}/{file.path}"
+        make_folder(paths, os.path.dirname(name))
+        os.symlink(target, name)
         return
+    link = folder / file.path
+    make_folder(paths, link.parent)
     try:
         if os.readlink(link) == target:
             return

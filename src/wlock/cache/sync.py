@@ -344,7 +344,7 @@ class _Sources:
         self.restored, self.refused = restored, refused
         self._lock = threading.Lock()
 
-    def fetch(self, repo: LockedRepo, f: LockedFile, temp: Path) -> bool:
+    def fetch(self, repo: LockedRepo, f: LockedFile, temp: str) -> bool:
         """Fill `temp` with verified bytes from the first source that has them; False when
         none has (then the Hub is asked, or, offline, the file fails)."""
         from wlock.hashing import hash_file
@@ -352,7 +352,7 @@ class _Sources:
         refusals: list[str] = []
         for source in self.sources:
             try:
-                got = source.fetch(repo, f, temp)
+                got = source.fetch(repo, f, Path(temp))
                 if got is False:
                     continue
                 size = os.stat(temp).st_size
@@ -444,8 +444,7 @@ def _download_all(
         if on_start:
             on_start(label, f.size)
         wrong = (*repo.key, f.etag) in wrong_blobs
-        blob = paths.blob(f.etag)
-        if wrong and blob.is_dir() and not blob.is_symlink():
+        if wrong and (blob := paths.blob(f.etag)).is_dir() and not blob.is_symlink():
             # Bytes cannot be renamed onto a folder, and wlock does not delete what it did
             # not write: say so before fetching them in vain.
             raise UnsafeCacheError(blob, "a folder", "a blob file")
@@ -471,18 +470,20 @@ def _download_all(
                     by_others[1] += f.size
                 return 0
             temp = temp_blob_path(paths, f.etag)
-            with LEASES.hold(temp):
-                found = sources.fetch(repo, f, temp)
+            found = False
+            if sources.sources or sources.offline:
+                with LEASES.hold(temp):
+                    found = sources.fetch(repo, f, temp)
             if found:
                 if on_bytes:
                     on_bytes(label, f.size)
-                publish_blob(temp, paths.blob(f.etag), replace=wrong)
+                publish_blob(temp, paths.blob_file(f.etag), replace=wrong)
                 return f.size
             for attempt in (1, 2):
                 job = FetchJob(
                     kind=repo.kind, repo_id=repo.id, revision=repo.revision, path=f.path,
                     size=f.size, etag=f.etag, hash_kind=f.hash_kind,
-                    temp=temp_blob_path(paths, f.etag),
+                    temp=temp if attempt == 1 else temp_blob_path(paths, f.etag),
                 )
                 try:
                     with LEASES.hold(job.temp):  # renewed while it downloads, for hours
@@ -509,7 +510,7 @@ def _download_all(
                             hint="The file was refused and not cached. Retry; if it persists, "
                             "the Hub or a proxy is serving other bytes than the lock names.",
                         ) from None
-            publish_blob(job.temp, paths.blob(f.etag), replace=wrong)
+            publish_blob(job.temp, paths.blob_file(f.etag), replace=wrong)
             with counting:
                 from_hub[0] += 1
         return f.size
