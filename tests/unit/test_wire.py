@@ -249,3 +249,32 @@ def test_https_with_the_callers_context(certificate: tuple[Path, Path]) -> None:
             assert "CERTIFICATE_VERIFY_FAILED" in str(caught.value)
         finally:
             wire.close()
+
+
+def test_a_context_made_on_demand_is_made_once_and_only_for_tls(
+    certificate: tuple[Path, Path],
+) -> None:
+    """The sync passes what makes its TLS context (loading the CA bundle takes 30-50 ms):
+    plain http never asks for it, and TLS connections ask once per connection made."""
+    cert, key = certificate
+    serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    serving.load_cert_chain(cert, key)
+    made: list[ssl.SSLContext] = []
+
+    def make() -> ssl.SSLContext:
+        made.append(ssl.create_default_context(cafile=str(cert)))
+        return made[-1]
+
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    wire = Wire(make, connect_timeout=5, read_timeout=5, user_agent="wlock-test")
+    try:
+        with Scripted([ok] * 2) as plain:
+            assert _get(wire, plain.url()) == (200, b"ok")
+            assert _get(wire, plain.url()) == (200, b"ok")
+        assert made == []
+        with Scripted([ok] * 2, tls=serving) as secure:
+            assert _get(wire, secure.url()) == (200, b"ok")
+            assert _get(wire, secure.url()) == (200, b"ok")  # the same kept-alive connection
+        assert len(made) == 1
+    finally:
+        wire.close()

@@ -14,11 +14,11 @@ the CDN a large file is served from.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import queue
 import re
+import ssl
 import subprocess
 import sys
 import threading
@@ -212,6 +212,27 @@ class SmallGate:
                 self._cond.notify_all()
 
 
+class TLSContext:
+    """The TLS context every connection of a sync shares, made when the first one needs it.
+
+    One for all: each httpx2 client would otherwise load the CA bundle again (measured: 32
+    threads spent 0.4 s of CPU there on every sync, and a megabyte or two of memory each).
+    On first use: loading it takes 30-50 ms of a sync's start, which an endpoint on http (a
+    mirror on the LAN, `wlock serve`) never needs."""
+
+    def __init__(self) -> None:
+        self._context: ssl.SSLContext | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> ssl.SSLContext:
+        with self._lock:
+            if self._context is None:
+                import httpx2
+
+                self._context = httpx2.create_ssl_context()
+            return self._context
+
+
 class Transfer:
     """One endpoint, one token, one HTTP pool, and (when needed) a pool of worker processes."""
 
@@ -223,8 +244,6 @@ class Transfer:
     ) -> None:
         """`wait(seconds)` sleeps between attempts (default: a sleep that abort() cuts
         short); tests pass their own to see what was waited."""
-        import httpx2
-
         self.endpoint = endpoint.rstrip("/")
         self._timeout = timeout
         # Set once a file gave up because the endpoint refuses connections: the other files
@@ -243,32 +262,16 @@ class Transfer:
                              // jobs)
         self._ceiling = connections
         self._on_bytes = on_bytes or (lambda job, n: None)
-        # One client (one small connection pool) per thread: a single pool shared by dozens
-        # of threads spends more time in its lock than on the wire (measured: 1,000 small
-        # files took 4.7 s with one shared pool and no latency at all).
-        # One TLS context for all of them: each client would otherwise load the CA bundle
-        # again (measured: 32 threads spent 0.4 s of CPU there on every sync, and a
-        # megabyte or two of memory each).
-        tls = httpx2.create_ssl_context()
-        self._new_client = functools.partial(
-            httpx2.Client,
-            verify=tls,
-            # The read timeout is the stall timeout: seconds without a byte, not a deadline.
-            timeout=httpx2.Timeout(timeout, connect=min(CONNECT_TIMEOUT, timeout)),
-            # Keep-alive to the endpoint and to the CDN: a new connection per file would
-            # add round trips.
-            limits=httpx2.Limits(max_connections=4, max_keepalive_connections=4),
-            headers={"User-Agent": f"wlock/{__version__}"},
-            follow_redirects=False,
-        )
+        # One TLS context for every connection (TLSContext says why), made on first use.
+        self._tls = TLSContext()
         self._local = threading.local()
         # Small files' GETs: the standard library's lean client (wire.py says why).
-        self._wire = Wire(tls, connect_timeout=min(CONNECT_TIMEOUT, timeout),
+        self._wire = Wire(self._tls.get, connect_timeout=min(CONNECT_TIMEOUT, timeout),
                           read_timeout=timeout, user_agent=f"wlock/{__version__}")
         # (kind, repo, commit) -> the URL prefix its small git files are served under (None:
         # it failed once, not tried again).
         self._shortcuts: dict[tuple[str, str, str], str | None] = {}
-        self._clients: list[httpx2.Client] = []
+        self._clients: list[Any] = []  # httpx2.Client
         self._clients_lock = threading.Lock()
         # Made here, not on first use: several threads reach their first large file at once,
         # and a pool made twice would leave one set of workers that abort() never kills.
@@ -295,7 +298,23 @@ class Transfer:
         """This thread's HTTP client."""
         client: httpx2.Client | None = getattr(self._local, "client", None)
         if client is None:
-            client = self._new_client()
+            import httpx2
+
+            # One client (one small connection pool) per thread: a single pool shared by
+            # dozens of threads spends more time in its lock than on the wire (measured:
+            # 1,000 small files took 4.7 s with one shared pool and no latency at all).
+            client = httpx2.Client(
+                verify=self._tls.get(),
+                # The read timeout is the stall timeout: seconds without a byte, not a
+                # deadline.
+                timeout=httpx2.Timeout(self._timeout,
+                                       connect=min(CONNECT_TIMEOUT, self._timeout)),
+                # Keep-alive to the endpoint and to the CDN: a new connection per file would
+                # add round trips.
+                limits=httpx2.Limits(max_connections=4, max_keepalive_connections=4),
+                headers={"User-Agent": f"wlock/{__version__}"},
+                follow_redirects=False,
+            )
             self._local.client = client
             with self._clients_lock:
                 self._clients.append(client)

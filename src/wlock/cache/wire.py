@@ -32,7 +32,7 @@ import socket
 import ssl
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import SplitResult, quote, urlsplit
 
 Origin = tuple[str, str, int]
@@ -244,9 +244,9 @@ class Response:
 class Wire:
     """Keep-alive connections, one per thread and origin; close() closes them all."""
 
-    def __init__(self, context: ssl.SSLContext, *, connect_timeout: float,
-                 read_timeout: float, user_agent: str) -> None:
-        self._context = context
+    def __init__(self, context: ssl.SSLContext | Callable[[], ssl.SSLContext], *,
+                 connect_timeout: float, read_timeout: float, user_agent: str) -> None:
+        self._context = context  # or what makes it, asked at the first TLS connection
         self._connect_timeout, self._read_timeout = connect_timeout, read_timeout
         self._user_agent = user_agent
         self._local = threading.local()
@@ -345,7 +345,9 @@ class Wire:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if scheme == "https":
-                    sock = self._context.wrap_socket(sock, server_hostname=host)
+                    context = self._context if isinstance(self._context, ssl.SSLContext) \
+                        else self._context()
+                    sock = context.wrap_socket(sock, server_hostname=host)
             except BaseException:
                 sock.close()
                 raise
