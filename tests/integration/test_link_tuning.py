@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Hub, run_wlock, write_project
-from wlock.cache.transfer import SMALL_CEILING, FetchJob, SmallGate, Transfer, capped
+from wlock.cache.transfer import (
+    SMALL_CEILING,
+    FetchJob,
+    SmallGate,
+    Transfer,
+    capped,
+    small_ceiling,
+)
 
 SIZE = 12 * 2**20
 
@@ -149,6 +156,46 @@ def test_the_small_gate_holds_requests_at_its_limit() -> None:
     second.__exit__(None, None, None)
     assert entered.wait(5)
     waiter.join()
+
+
+@pytest.mark.parametrize("lfs", [True, False], ids=["lfs", "git"])
+def test_small_files_in_flight_follow_the_round_trips_each_costs(
+        hub: Hub, tmp_path: Path, lfs: bool) -> None:
+    """Little's law (small_ceiling): an LFS file takes two round trips (the endpoint's
+    redirect, then the CDN), so twice as many are kept in flight as of git files, which take
+    one once the redirect is learned. Counted by the emulator: the most requests it held at
+    once, on both listeners, with 100 ms on every request."""
+    repo_id = hub.unique_id("lfs-many" if lfs else "git-many")
+    hub.builder.commit("model", repo_id, {f"f/{n:03d}.json": os.urandom(200 + n)
+                                          for n in range(400)}, lfs=lfs)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    hub.process.reset_stats()
+    hub.process.faults(latency_ms=100)
+    try:
+        result = run_wlock("sync", "--json", "--endpoint", hub.endpoint, "--cache-dir",
+                           str(tmp_path / "cache"), cwd=project)
+    finally:
+        hub.process.faults()
+    assert result.code == 0, result.stderr
+    peak = hub.process.stats()["peak"]["both"]
+    ceiling = json.loads(result.stdout)["small_files"]["ceiling"]
+    if lfs:
+        assert ceiling == 2 * SMALL_CEILING
+        assert peak > SMALL_CEILING + 16, peak
+    else:
+        assert ceiling == SMALL_CEILING
+        assert peak <= SMALL_CEILING + 8, peak  # a few answered, not yet counted done
+
+
+def test_small_files_in_flight_keep_to_the_open_files_allowed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four descriptors a small file in flight, half of the limit for them (macOS: 256)."""
+    import resource
+
+    assert small_ceiling(2.0) == 2 * SMALL_CEILING and small_ceiling(1.5) == 96
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (256, 1024))
+    assert small_ceiling(1.0) == small_ceiling(2.0) == 32
 
 
 def test_small_files_back_off_when_the_hub_answers_429(hub: Hub, tmp_path: Path) -> None:

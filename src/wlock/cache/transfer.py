@@ -60,9 +60,10 @@ PROBE = 1024 * 1024
 # The probe reads 5-6 MiB that the download reads again: done only for a sync whose large
 # files make that under 2.5% (WLOCK_PROBE_FROM, in bytes, moves the line; tests lower it).
 PROBE_FROM = int(os.environ.get("WLOCK_PROBE_FROM", 256 * 1024 * 1024))
-# Small files at once, at most, whatever --jobs says: each is a request or two of Hub latency
-# (tens of ms on the real Hub), so concurrency, not bandwidth, bounds them (SmallGate says
-# why this many, and lowers it when the Hub answers 429).
+# Small files at once, at most, for each round trip a file costs, whatever --jobs says: each
+# is a request or two of Hub latency (tens of ms on the real Hub), so concurrency, not
+# bandwidth, bounds them (small_ceiling says why this many; SmallGate lowers it when the Hub
+# answers 429).
 SMALL_CEILING = 64
 MAX_REDIRECTS = 10
 MAX_ATTEMPTS = 5
@@ -74,20 +75,33 @@ DEFAULT_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
 
 
-def small_ceiling() -> int:
-    """SMALL_CEILING, or fewer where this process may open few files (macOS's default is
-    256): a small file in flight holds up to four descriptors (its connections to the
-    endpoint and to the CDN, its download lock, its temp file), and half the limit is left
-    to the rest of the sync."""
+def small_ceiling(round_trips: float = 1.0) -> int:
+    """How many small files may be in flight when each costs `round_trips` round trips on
+    average: SMALL_CEILING for each.
+
+    By Little's law, the files in flight are the rate times the time each takes: the rate
+    this machine sustains is the same whatever a file's round trips (its CPU is the limit),
+    so a file that takes two (an LFS file: the endpoint's redirect, then the CDN) needs
+    twice as many in flight as one kept in git, which takes one once its redirect is
+    learned (Transfer._learn). Measured (bench/small_files.py, 2 cores, 50 ms a request,
+    in one run): 1,000 LFS files took 2.39 s with 64 in flight, 2.21 s with 96, 2.07 s with
+    128 and 2.50 s with 192; 1,000 git files 1.65 s with 64 and 1.78 s with 128. Below the
+    ceiling small files are latency-bound, above it CPU-bound.
+
+    Fewer where this process may open few files (macOS's default is 256): a small file in
+    flight holds up to four descriptors (its connections to the endpoint and to the CDN,
+    its download lock, its temp file), and half the limit is left to the rest of the
+    sync."""
+    ceiling = max(1, round(SMALL_CEILING * round_trips))
     try:
         import resource
 
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     except (ImportError, OSError, ValueError):  # no such limit here (Windows)
-        return SMALL_CEILING
+        return ceiling
     if soft == resource.RLIM_INFINITY:
-        return SMALL_CEILING
-    return max(1, min(SMALL_CEILING, soft // 2 // 4))
+        return ceiling
+    return max(1, min(ceiling, soft // 2 // 4))
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +178,7 @@ class SmallGate:
 
     A burst of refusals halves it once, not once per refusal: only a request that started
     after the last halving can halve it again (its answer is news about the new level). The
-    ceiling is where more requests stop helping on the machine: small files are
-    latency-bound below it and CPU-bound above (bench/small_files.py, 2 cores: 1,000 LFS
-    files 4.1 s at 32, 2.8 s at 64, 3.1 s at 128).
+    ceiling is where more requests stop helping on the machine (small_ceiling).
     """
 
     def __init__(self, ceiling: int) -> None:
@@ -209,7 +221,10 @@ class SmallGate:
                 self._busy -= 1
                 if not refused:
                     self._limit = min(float(self.ceiling), self._limit + 1)
-                self._cond.notify_all()
+                # As many waiters as there are free places, not all of them: after a
+                # halving, dozens wait, and each woken in vain costs a handoff of the GIL.
+                if (free := int(self._limit) - self._busy) > 0:
+                    self._cond.notify(free)
 
 
 class TLSContext:

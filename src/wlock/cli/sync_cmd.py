@@ -33,7 +33,8 @@ if TYPE_CHECKING:
               help="Also hash what is present, as `wlock check` does, and refetch wrong bytes.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Large files (8 MiB and up) downloaded at once, each through hf_transfer "
-              "with several connections; small files have their own, up to 64 at once.")
+              "with several connections; small files have their own: up to 64 at once, "
+              "128 when they are LFS files (two round trips each).")
 @click.option("--connections", type=click.IntRange(1, 256), default=None, metavar="N",
               help="HTTP connections shared by the large files in flight (hf_transfer "
               "ranges). Default: found from the link, up to 64 (a sync of 256 MiB or more "

@@ -43,31 +43,46 @@ SMALL_BODY = 64 * 1024
 
 
 class Stats:
-    """What each listener saw, for tests that count requests or look for a leaked token."""
+    """What each listener saw, for tests that count requests or look for a leaked token, or
+    see how many a client keeps in flight (`peak`: the most at once, on each listener and on
+    both)."""
+
+    requests: dict[str, int]
+    authorized: dict[str, int]
+    log: deque[dict[str, Any]]
+    peak: dict[str, int]
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.requests = {"hub": 0, "cdn": 0}
-        self.authorized = {"hub": 0, "cdn": 0}
-        self.log: deque[dict[str, Any]] = deque(maxlen=5000)
+        self.reset()
 
     def record(self, listener: str, method: str, path: str, authorized: bool
                ) -> dict[str, Any]:
         """Log a request as it arrives; the returned entry gets its `status` once sent (a
-        test can then tell that a fault fired) and the file `bytes` it served."""
+        test can then tell that a fault fired) and the file `bytes` it served. It is in
+        flight until `done(listener)`."""
         entry = {"listener": listener, "method": method, "path": path, "auth": authorized,
                  "status": None, "bytes": 0}
         with self._lock:
             self.requests[listener] += 1
             self.authorized[listener] += int(authorized)
             self.log.append(entry)
+            self._in_flight[listener] += 1
+            both = self._in_flight["hub"] + self._in_flight["cdn"]
+            self.peak[listener] = max(self.peak[listener], self._in_flight[listener])
+            self.peak["both"] = max(self.peak["both"], both)
         return entry
+
+    def done(self, listener: str) -> None:
+        with self._lock:
+            self._in_flight[listener] -= 1
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             return {
                 "requests": dict(self.requests),
                 "authorized": dict(self.authorized),
+                "peak": dict(self.peak),
                 "log": [dict(entry) for entry in self.log],
             }
 
@@ -75,7 +90,9 @@ class Stats:
         with self._lock:
             self.requests = {"hub": 0, "cdn": 0}
             self.authorized = {"hub": 0, "cdn": 0}
-            self.log.clear()
+            self.log = deque(maxlen=5000)
+            self._in_flight = {"hub": 0, "cdn": 0}
+            self.peak = {"hub": 0, "cdn": 0, "both": 0}
 
 
 class _Listener(ThreadingHTTPServer):
@@ -209,6 +226,13 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _HttpError(401, None, "Invalid credentials in Authorization header")
             self._logged = app.stats.record(
                 listener, method, self.path, "Authorization" in self.headers)
+        except _HttpError as e:
+            self._send_error(e)
+            return
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+            return
+        try:  # recorded: in flight until answered
             if app.faults.latency_ms:
                 time.sleep(app.faults.latency_ms / 1000)
             link = app.faults.link
@@ -238,6 +262,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(e)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+        finally:
+            app.stats.done(listener)
 
     def _send(
         self, status: int, body: bytes, headers: dict[str, str], content_type: str
