@@ -183,3 +183,66 @@ def test_corrupt_and_truncated_bodies_are_injected(hub: Hub) -> None:
     hub.process.faults({"action": "truncate", "match": "/objects/", "bytes": 1000, "times": 1})
     with pytest.raises(httpx2.RemoteProtocolError):
         httpx2.get(url)
+
+
+# -- the emulator's own request parsing (_Handler.parse_request) -----------------------------
+
+
+def _raw(hub: Hub, *requests: bytes, read_until_close: bool = True) -> bytes:
+    """Send raw request bytes on one connection; what came back, up to the server's close
+    (or up to 2 s of silence on a connection it keeps open)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(hub.endpoint)
+    with socket.create_connection((parts.hostname, parts.port), timeout=2) as sock:
+        for request in requests:
+            sock.sendall(request)
+        answer = b""
+        try:
+            while chunk := sock.recv(65536):
+                answer += chunk
+        except TimeoutError:
+            assert not read_until_close, f"the server kept the connection open: {answer!r}"
+    return answer
+
+
+def test_the_emulator_reads_header_fields_in_any_case_and_keeps_the_connection(
+        hub: Hub) -> None:
+    info = b"GET /api/models/acme/tiny-bert HTTP/1.1\r\nHost: x\r\n"
+    answer = _raw(hub, info + b"\r\n", info + b"connection: CLOSE\r\n\r\n")
+    assert answer.count(b"HTTP/1.1 200 OK\r\n") == 2  # two answers on one connection
+    # A field's name in any case, its value's blanks around it dropped: the Range is served.
+    ranged = _raw(hub, b"GET /acme/tiny-bert/resolve/main/config.json HTTP/1.1\r\nHost: x\r\n"
+                  b"Connection: close\r\n", b"rAnGe:   bytes=0-1 \r\n\r\n")
+    assert ranged.startswith(b"HTTP/1.1 307 ")  # the redirect of a git file, then:
+    location = next(line.split(b": ", 1)[1] for line in ranged.split(b"\r\n")
+                    if line.lower().startswith(b"location: "))
+    body = _raw(hub, b"GET " + location + b" HTTP/1.1\r\nHost: x\r\nRange: bytes=0-1\r\n"
+                b"Connection: close\r\n\r\n")
+    assert body.startswith(b"HTTP/1.1 206 ") and b"\r\nContent-Length: 2\r\n" in body
+
+
+def test_the_emulator_closes_after_an_http_1_0_request(hub: Hub) -> None:
+    answer = _raw(hub, b"GET /api/models/acme/tiny-bert HTTP/1.0\r\nHost: x\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+@pytest.mark.parametrize(("request_bytes", "status"), [
+    (b"GET /api/models/acme/tiny-bert HTTP/1.1\r\nHost: x\r\n"
+     + b"".join(b"X-F%d: v\r\n" % n for n in range(101)) + b"\r\n", b"431"),
+    (b"GET /api/models/acme/tiny-bert HTTP/1.1\r\nX-Long: " + b"v" * 70000 + b"\r\n\r\n",
+     b"431"),
+    (b"GET /api/models/acme/tiny-bert HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n", b"400"),
+    (b"GET /api/models/acme/tiny-bert HTTP/1.1\r\nno colon here\r\n\r\n", b"400"),
+    (b"GET /api/models/acme/tiny-bert HTTP/2.0\r\n\r\n", b"505"),  # http.server's answer
+    (b"GET /api/models/acme/tiny-bert HTTP/1.1 extra\r\n\r\n", b"400"),
+], ids=["101 fields", "a field of 70,000 bytes", "a folded field", "no colon",
+        "HTTP/2.0", "four words"])
+def test_the_emulator_refuses_a_malformed_request(
+        hub: Hub, request_bytes: bytes, status: bytes) -> None:
+    answer = _raw(hub, request_bytes)
+    # A request line http.server cannot read gets its answer without a status line (as to
+    # HTTP/0.9), the code in the page.
+    assert answer.startswith(b"HTTP/1.1 " + status) or (
+        b"<p>Error code: " + status in answer), answer[:200]
