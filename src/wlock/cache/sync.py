@@ -516,13 +516,13 @@ def _download_all(
                 from_hub[0] += 1
         return f.size
 
-    # None: the link decides (Transfer.tune), up to DEFAULT_CONNECTIONS; a number: exactly
-    # that budget, shared by the large files in flight, as the user asked.
     # An LFS file costs two round trips (the endpoint, then the CDN), a git file one: the
     # small files in flight follow their mix (small_ceiling says why).
-    smalls = [f for _, f in downloads if f.size < LARGE_FILE]
+    smalls = [f for _, f in downloads if 0 < f.size < LARGE_FILE]
     round_trips = (sum(2 if f.hash_kind == "sha256" else 1 for f in smalls) / len(smalls)
                    if smalls else 1.0)
+    # None: the link decides (Transfer.tune), up to DEFAULT_CONNECTIONS; a number: exactly
+    # that budget, shared by the large files in flight, as the user asked.
     with Transfer(endpoint, token, jobs=jobs, connections=connections or DEFAULT_CONNECTIONS,
                   fixed=connections is not None, timeout=timeout,
                   small=small_ceiling(round_trips), on_bytes=report) as transfer, \

@@ -866,7 +866,8 @@ def _classify(response: Answer, job: FetchJob, endpoint: str) -> Exception:
     return error
 
 
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+_NEW_FILE = (os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+             | getattr(os, "O_BINARY", 0))  # Windows would otherwise translate newlines
 
 
 def _write_all(fd: int, data: bytes) -> None:
