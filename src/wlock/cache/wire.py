@@ -246,7 +246,10 @@ class Wire:
 
     def __init__(self, context: ssl.SSLContext | Callable[[], ssl.SSLContext], *,
                  connect_timeout: float, read_timeout: float, user_agent: str) -> None:
-        self._context = context  # or what makes it, asked at the first TLS connection
+        # What makes the TLS context, asked at each TLS connection (the caller's may make
+        # it on first use only).
+        self._context: Callable[[], ssl.SSLContext] = (
+            (lambda: context) if isinstance(context, ssl.SSLContext) else context)
         self._connect_timeout, self._read_timeout = connect_timeout, read_timeout
         self._user_agent = user_agent
         self._local = threading.local()
@@ -345,9 +348,7 @@ class Wire:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if scheme == "https":
-                    context = self._context if isinstance(self._context, ssl.SSLContext) \
-                        else self._context()
-                    sock = context.wrap_socket(sock, server_hostname=host)
+                    sock = self._context().wrap_socket(sock, server_hostname=host)
             except BaseException:
                 sock.close()
                 raise
