@@ -100,9 +100,9 @@ class Stats:
 def _peak(entries: list[dict[str, Any]]) -> int:
     """The most of `entries` in flight at once (one still in flight ends now)."""
     now = time.monotonic()
+    # (time, +1 or -1), sorted as tuples: at a tie, an end (-1) before a start.
     events = sorted([(e["start"], 1) for e in entries]
-                    + [(e["end"] if e["end"] is not None else now, -1) for e in entries],
-                    key=lambda event: (event[0], event[1]))  # an end before a start at a tie
+                    + [(e["end"] if e["end"] is not None else now, -1) for e in entries])
     most = current = 0
     for _, step in events:
         current += step
