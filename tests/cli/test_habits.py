@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -47,6 +48,29 @@ def test_completion_offers_subcommands_flags_and_locked_ids(tmp_path: Path) -> N
 def test_completion_scripts(shell: str) -> None:
     done = run_wlock("completion", shell)
     assert done.code == 0 and "_WLOCK_COMPLETE" in done.stdout
+
+
+def test_help_lists_every_command_and_a_command_imports_only_its_own() -> None:
+    listed = run_wlock("--help").stdout.split("Commands:")[1].split("Start a project:")[0]
+    names = re.findall(r"^  (\S+)  ", listed, re.MULTILINE)
+    assert names == sorted(names) and {
+        "init", "add", "remove", "lock", "sync", "check", "list", "revision", "path",
+        "status", "archive", "export", "gc", "record", "checkpoints", "lint", "run", "serve",
+        "completion", "tree", "audit", "sbom", "demo"} == set(names)
+    # A command line pays for its own command: `sync` does not import the lint command's
+    # module (nor the scanner behind it) or any other command's.
+    probe = ("import atexit, sys\n"
+             "atexit.register(lambda: print(sorted(m for m in sys.modules\n"
+             "    if m.startswith('wlock.cli.') and m.endswith(('_cmd', '_cmds')))))\n"
+             "from wlock.cli import main\n"
+             "main(['sync', '--help'])\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "['wlock.cli.sync_cmd']"
+    # and a usage error names the command it was for, loaded or not
+    bad = run_wlock("checkpoints", "keep", "--json", "--no-such-flag")
+    assert bad.code == 2 and json.loads(bad.stdout)["command"] == "checkpoints keep"
 
 
 def test_errors_in_colour_only_when_asked(tmp_path: Path) -> None:
