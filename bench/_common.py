@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -98,6 +99,31 @@ def measured(argv: list[str], cwd: Path | None = None, env: dict[str, str] | Non
             stderr.seek(0)
             raise subprocess.CalledProcessError(proc.returncode, argv, stderr=stderr.read())
     return seconds, peak
+
+
+def process_cpu(pid: int) -> float:
+    """User and system seconds process `pid` has used so far (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    """User and system seconds of every child process run and waited for so far (their own
+    children, waited for by them, included: wlock's workers)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def sha256_speed(seconds: float = 1.0) -> float:
+    """Bytes per second one core hashes with SHA-256 (hashlib, OpenSSL's code: SHA-NI
+    where the CPU has it), from memory: what verifying a download costs at the least."""
+    import hashlib
+
+    block, done, started = os.urandom(64 * 2**20), 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        hashlib.sha256(block).digest()
+        done += len(block)
+    return done / (time.perf_counter() - started)
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -32,16 +32,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
 from _common import (
     WLOCK,
+    children_cpu,
     compile_wlock,
     machine,
     measured,
     median,
+    process_cpu,
     run,
+    sha256_speed,
     shards_repo,
     snapshot_download,
     timed,
@@ -105,13 +109,24 @@ def main() -> None:
             times: dict[str, list[float]] = {
                 "wlock": [], "before": [], "hf": [], "engine": [], "cp": [], "disk": []}
             peaks: dict[str, list[int]] = {"wlock": [], "hf": []}
+            # CPU seconds (user + system) of the client's processes and of the emulator's,
+            # as pairs: on a machine whose cores the transfer fills, the time follows them.
+            cpu: dict[str, list[tuple[float, float]]] = {"wlock": [], "engine": []}
+
+            def spent() -> Callable[[], tuple[float, float]]:
+                assert hub.pid is not None
+                pid, client, server = hub.pid, children_cpu(), process_cpu(hub.pid)
+                return lambda: (children_cpu() - client, process_cpu(pid) - server)
+
             for i in range(args.runs):
                 def default(i: int = i) -> None:
                     cache = root / f"wlock-cache-{i}"
+                    took = spent()
                     seconds, peak = measured(
                         [*WLOCK, "sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
                          "--jobs", str(args.jobs)], cwd=project)
                     times["wlock"].append(seconds)
+                    cpu["wlock"].append(took())
                     peaks["wlock"].append(peak)
                     shutil.rmtree(cache)
 
@@ -138,8 +153,10 @@ def main() -> None:
                 shutil.rmtree(cache)
                 settle()
                 dest = root / f"engine-{i}"
+                took = spent()
                 times["engine"].append(timed(lambda dest=dest: bare_hf_transfer(
                     urls, dest, per_file)))
+                cpu["engine"].append(took())
                 shutil.rmtree(dest)
                 settle()
                 dest = root / f"cp-{i}"
@@ -169,6 +186,17 @@ def main() -> None:
           "(no verification)")
     print(f"cp -r into the page cache:         {cp:6.2f}s  {mb / cp:7.0f} MB/s")
     print(f"cp -r and sync to the disk:        {disk:6.2f}s  {mb / disk:7.0f} MB/s")
+    cores = os.cpu_count() or 1
+    for name, label, wall in (("wlock", "wlock sync", times["wlock"]),
+                              ("engine", "hf_transfer alone", times["engine"])):
+        client = median([c for c, _ in cpu[name]])
+        server = median([e for _, e in cpu[name]])
+        busy = median([(c + e) / (w * cores) for (c, e), w in zip(cpu[name], wall, strict=True)])
+        print(f"cpu, {label + ':':19s} {client:6.2f}s + the emulator's {server:5.2f}s: "
+              f"{busy:.0%} of {cores} cores")
+    speed = sha256_speed()
+    print(f"cpu, verification: SHA-256 of {mb:.0f} MB at one core's {speed / 1e6:.0f} MB/s "
+          f"(hashlib): {total / speed:.2f}s at the least")
     print(f"wlock is {hf / wl:.2f}x faster than snapshot_download; it writes at "
           f"{disk / wl:.2f}x the disk's speed and {cp / wl:.2f}x the page cache's; "
           f"hf_transfer alone, verifying nothing, at {disk / engine:.2f}x the disk's")

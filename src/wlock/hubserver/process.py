@@ -53,6 +53,11 @@ class HubProcess:
         self.endpoint, self.cdn = ready["endpoint"], ready["cdn"]
         return self
 
+    @property
+    def pid(self) -> int | None:
+        """The emulator's process id (benchmarks read its CPU time), None before start()."""
+        return self._proc.pid if self._proc else None
+
     def stop(self) -> None:
         if self._proc and self._proc.poll() is None:
             self._proc.terminate()
