@@ -141,10 +141,11 @@ def _command(args: list[str]) -> str:
     """The command a command line runs ("sync", "checkpoints keep"), for its error document:
     the first word that names one (an option's value, as in `--color never`, does not)."""
     words = args[: args.index("--")] if "--" in args else args
+    context = click.Context(cli)
     for i, word in enumerate(words):
-        if word not in _COMMANDS and word not in cli.commands:
+        command = cli.get_command(context, word)  # loads it, if it is one not loaded yet
+        if command is None:
             continue
-        command = cli.get_command(click.Context(cli), word)
         if isinstance(command, click.Group):
             sub = next((w for w in words[i + 1:] if w in command.commands), None)
             return f"{word} {sub}" if sub else word
