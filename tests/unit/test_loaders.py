@@ -8,6 +8,7 @@ import json
 import pytest
 
 from wlock.lock.loaders import (
+    AUTO_MAP_CONFIGS,
     LoaderProblem,
     Requirement,
     collapse,
@@ -33,6 +34,8 @@ class Reader:
 
     def __call__(self, path: str) -> bytes:
         self.read.append(path)
+        if path not in self.files and path.rsplit("/", 1)[-1] in AUTO_MAP_CONFIGS:
+            return b"{}"  # a config the remote-code pass reads; no auto_map in it
         return self.files[path]
 
 
@@ -108,6 +111,26 @@ def test_transformers_variant_and_remote_code_from_another_repo() -> None:
     assert choice.requires[0].include == ("*.py",) and choice.requires[0].ref == "main"
     with pytest.raises(LoaderProblem, match="no 'int8' variant"):
         select("transformers", paths, read, "int8")
+
+
+@pytest.mark.parametrize("loader", ["all", "transformers", "sentence-transformers"])
+@pytest.mark.parametrize("config", ["preprocessor_config.json", "processor_config.json",
+                                    "video_preprocessor_config.json"])
+def test_remote_code_is_found_in_every_config_under_every_loader(loader: str, config: str
+                                                                 ) -> None:
+    """transformers reads `auto_map` from its processors' configs too; a processor's remote
+    code passed `remote-code = "deny"` when only config.json and tokenizer_config.json were
+    read, and under `loader = "all"` none was read (issue 36)."""
+    read = Reader({config: {"auto_map": {"AutoProcessor": "acme/proc--processing_x.XProc"}},
+                   "config.json": {}, "modules.json": [
+                       {"idx": 0, "name": "0", "path": "",
+                        "type": "sentence_transformers.models.Transformer"}]})
+    paths = listing(config, "config.json", "model.safetensors", "modules.json")
+    choice = select(loader, paths, read)
+    assert config in choice.paths
+    assert "acme/proc--processing_x.XProc" in choice.code
+    assert [r.id for r in choice.requires] == ["acme/proc"]
+    assert f"{config}'s auto_map" in choice.requires[0].why
 
 
 MINILM = (  # sentence-transformers/all-MiniLM-L6-v2

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from wlock.models import LockedFile
 
@@ -104,7 +104,7 @@ def select(loader: str, files: Sequence[LockedFile], read: Read,
 
     paths = frozenset(f.path for f in files)
     if loader == "all":
-        return Choice(paths)
+        return _with_remote_code(Choice(paths), read)
     rules: dict[str, Callable[[frozenset[str], Read, str | None], Choice]] = {
         "transformers": transformers.select,
         "sentence-transformers": sentence_transformers.select,
@@ -114,7 +114,54 @@ def select(loader: str, files: Sequence[LockedFile], read: Read,
         "timm": timm.select,
         "open_clip": open_clip.select,
     }
-    return rules[loader](paths, read, variant)
+    return _with_remote_code(rules[loader](paths, read, variant), read)
+
+
+# Every config a library reads `auto_map` from: transformers' AutoConfig (config.json), its
+# tokenizer (tokenizer_config.json), and its processors (`processing_utils`,
+# `feature_extraction_utils`, `image_processing_base`, `video_processing_utils` each read
+# `auto_map` from their own config file), in any folder a pipeline keeps a model in.
+AUTO_MAP_CONFIGS = ("config.json", "tokenizer_config.json", "preprocessor_config.json",
+                    "processor_config.json", "feature_extractor_config.json",
+                    "image_processor_config.json", "video_preprocessor_config.json")
+
+
+def _with_remote_code(choice: Choice, read: Read) -> Choice:
+    requires, code = remote_code(choice.paths, read)
+    known = {r.id for r in choice.requires}
+    return replace(choice, requires=choice.requires + tuple(
+        r for r in requires if r.id not in known),
+        code=tuple(sorted(set(choice.code) | set(code))))
+
+
+def remote_code(paths: frozenset[str], read: Read
+                ) -> tuple[tuple[Requirement, ...], tuple[str, ...]]:
+    """The repos whose code an `auto_map` in any locked config (AUTO_MAP_CONFIGS) names, and
+    every class it names (this repo's and others'): what trust_remote_code would run."""
+    from wlock.lock.names import repo_id_problem
+
+    found: dict[str, Requirement] = {}
+    code: set[str] = set()
+    for path in sorted(p for p in paths if p.rsplit("/", 1)[-1] in AUTO_MAP_CONFIGS):
+        try:
+            data = json.loads(read(path))
+        except ValueError:
+            continue  # the library would fail on it too; the lock still records it
+        auto_map = data.get("auto_map") if isinstance(data, dict) else None
+        if not isinstance(auto_map, dict):
+            continue
+        for value in auto_map.values():
+            for reference in value if isinstance(value, list) else [value]:
+                if isinstance(reference, str) and reference:
+                    code.add(reference)
+                if not isinstance(reference, str) or "--" not in reference:
+                    continue
+                repo = reference.split("--")[0]
+                if repo_id_problem(repo) is None and repo not in found:
+                    found[repo] = Requirement(
+                        repo, "main", f"remote code named in {path}'s auto_map ({reference})",
+                        include=("*.py",))
+    return tuple(found.values()), tuple(sorted(code))
 
 
 # -- shared by the rules ----------------------------------------------------------------------

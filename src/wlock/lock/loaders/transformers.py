@@ -14,10 +14,7 @@ transformers fetches it (`code_revision` defaults to None).
 
 from __future__ import annotations
 
-import json
-
-from wlock.lock.loaders import Choice, LoaderProblem, Read, Requirement, small_files, weights
-from wlock.lock.names import repo_id_problem
+from wlock.lock.loaders import Choice, LoaderProblem, Read, small_files, weights
 
 NAMES = ("model.safetensors", "pytorch_model.bin")
 
@@ -40,37 +37,7 @@ def select_in(paths: frozenset[str], folder: str, read: Read, variant: str | Non
         chosen = []
         notes = (f"no weights transformers reads in {folder or 'the repo'}: configs and "
                  "tokenizer files only",)
-    requires, code = remote_code(paths, folder, read)
-    return Choice(frozenset(small_files(paths, folder)) | frozenset(chosen),
-                  requires=requires, notes=notes, code=code)
+    # Remote code (auto_map) is found for every loader by loaders.select.
+    return Choice(frozenset(small_files(paths, folder)) | frozenset(chosen), notes=notes)
 
 
-def remote_code(paths: frozenset[str], folder: str, read: Read
-                ) -> tuple[tuple[Requirement, ...], tuple[str, ...]]:
-    """The repos whose code `auto_map` in config.json or tokenizer_config.json names, and
-    every class it names (this repo's and others')."""
-    found: dict[str, Requirement] = {}
-    code: set[str] = set()
-    for name in ("config.json", "tokenizer_config.json"):
-        path = folder + name
-        if path not in paths:
-            continue
-        try:
-            data = json.loads(read(path))
-        except ValueError:
-            continue  # transformers would fail on it too; the lock still records it
-        auto_map = data.get("auto_map") if isinstance(data, dict) else None
-        if not isinstance(auto_map, dict):
-            continue
-        for value in auto_map.values():
-            for reference in value if isinstance(value, list) else [value]:
-                if isinstance(reference, str) and reference:
-                    code.add(reference)
-                if not isinstance(reference, str) or "--" not in reference:
-                    continue
-                repo = reference.split("--")[0]
-                if repo_id_problem(repo) is None and repo not in found:
-                    found[repo] = Requirement(
-                        repo, "main", f"remote code named in {path}'s auto_map ({reference})",
-                        include=("*.py",))
-    return tuple(found.values()), tuple(sorted(code))
