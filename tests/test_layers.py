@@ -24,6 +24,10 @@ FORBIDDEN = {
     # A loader is a rule over a listing and the small files the resolver reads for it: it
     # never fetches by itself, nor knows the lock it goes into.
     "wlock.lock.loaders": ("wlock.lock.hub", "wlock.lock.resolve", "wlock.lock.lockfile"),
+    # The judgement of bytes reads a stream and knows nothing of where it came from: no
+    # tier, no policy, no Hub (the lock, sync and audit hand it their streams).
+    "wlock.scan": ("wlock.lock", "wlock.cache", "wlock.cli", "wlock.lint", "wlock.policy",
+                   "wlock.archive"),
     # The working tier never resolves: sync reads a lock, it does not make one.
     # The archive tier is a source sync asks through a protocol, never an import.
     "wlock.cache.": ("wlock.lock.resolve", "wlock.lock.hub", "wlock.lock.manifest",

@@ -168,11 +168,14 @@ class FileTable(Sequence[LockedFile]):
 @dataclass(frozen=True, slots=True)
 class PickleScan:
     """A locked file's pickle imports (`module.name`, sorted), or that it holds no pickle:
-    what `torch.load` would call, recorded so a policy can judge it offline."""
+    what `torch.load` would call, recorded so a policy can judge it offline. `unreadable`:
+    why the judgement could not read it to its end (then the imports are those seen before,
+    and the policy refuses it as unknown)."""
 
     path: str
     imports: tuple[str, ...]
     pickle: bool = True
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,9 +200,9 @@ class LockedRepo:
     # The imports of each locked pickle (recorded when the entry was resolved; a lock made
     # before has none, and `wlock audit` scans the bytes on disk instead).
     pickles: tuple[PickleScan, ...] = ()
-    # From the card (cardData): the licence (SPDX id, or "other" with its name) and the
-    # models it names as its base: provenance for the SBOM, never synced.
-    license: str | None = None
+    # From the card (cardData): the licence(s) (SPDX ids, or "other" with its name; a card
+    # may list several) and the models it names as its base: provenance, never synced.
+    licenses: tuple[str, ...] = ()
     license_name: str | None = None
     base_models: tuple[str, ...] = ()
     # The classes config.json's `auto_map` names: code `trust_remote_code=True` would run.
@@ -208,6 +211,11 @@ class LockedRepo:
     @property
     def key(self) -> tuple[RepoKind, str]:
         return (self.kind, self.id)
+
+    @property
+    def license(self) -> str | None:
+        """The card's licence when it names one, its first when it lists several."""
+        return self.licenses[0] if self.licenses else None
 
     @property
     def selection(self) -> Selection:

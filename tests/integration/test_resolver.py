@@ -64,11 +64,12 @@ def test_add_writes_the_loader_and_locks_only_what_transformers_reads(
         ".gitattributes, coreml/, flax_model.msgpack, model.onnx, pytorch_model.bin, " \
         "rust_model.ot, ...)" in added.stderr
     assert "(loader transformers, from the Hub's library_name 'transformers')" in added.stderr
-    # The rule read config.json and tokenizer_config.json to look for remote code; no
-    # weights were fetched to choose.
+    # The rule read config.json and tokenizer_config.json to look for remote code, and the
+    # lock's judgement the first block of LICENSE (a file of no format it can rule out);
+    # no weights were fetched.
     fetched = {e["path"].rsplit("/", 1)[-1] for e in hub.process.stats()["log"]
                if "/resolve/" in e["path"] and e["method"] == "GET"}
-    assert fetched <= {"config.json", "tokenizer_config.json"}, fetched
+    assert fetched <= {"config.json", "tokenizer_config.json", "LICENSE"}, fetched
     # Up to date for CI, and the tree says it offline.
     assert run_wlock("lock", "--check", cwd=project).code == 0
     tree = run_wlock("tree", cwd=project)

@@ -45,14 +45,19 @@ from wlock.errors import (
     HubError,
     LocalError,
     OfflineError,
+    PolicyError,
     UnsafeCacheError,
     WlockError,
 )
 from wlock.models import Lock, LockedFile, LockedRepo, RepoSyncPlan, SyncPlan, SyncResult
+from wlock.units import human_size
 
 if TYPE_CHECKING:
     from wlock.cache.sources import BlobSource
-from wlock.units import human_size
+
+# Asked about each blob's verified bytes (a temp file) before they are published: raises to
+# refuse them (the policy's gate, wlock.policy.gate).
+Admit = Callable[[LockedRepo, LockedFile, str], None]
 
 DEFAULT_JOBS = 4
 DEFAULT_CONNECTIONS = 64  # a ceiling: Transfer.tune uses them only where they help
@@ -90,8 +95,10 @@ class SyncFailed(WlockError):
             lines.append(f"  {key}: {len(group)} files ({shown})")
         super().__init__(f"{len(failures)} files failed:\n" + "\n".join(lines),
                          hint=failures[0].hint)
-        # Wrong bytes say more than a flaky network; otherwise the lowest (Hub before local).
-        self.exit_code = ExitCode.CHECK_FAILED if ExitCode.CHECK_FAILED in codes else min(codes)
+        # A refusal of the policy says most, then wrong bytes (more than a flaky network);
+        # otherwise the lowest (Hub before local).
+        self.exit_code = next((c for c in (ExitCode.POLICY, ExitCode.CHECK_FAILED)
+                               if c in codes), min(codes))
 
 
 def plan_sync(
@@ -237,8 +244,14 @@ def execute_plan(
     on_start: Callable[[str, int], None] | None = None,
     on_bytes: Callable[[str, int], None] | None = None,
     on_done: Callable[[str, int], None] | None = None,
+    admit: Admit | None = None,
 ) -> SyncResult:
     """Fetch, verify, publish, link and ref everything `plan` lists as missing.
+
+    `admit(repo, file, temp)` is asked about every blob's verified bytes before they are
+    published, and may raise (the policy's judgement of what the bytes would make a loader
+    call: wlock.policy.gate); a refused blob is deleted, never published, and its repo's
+    snapshot is not made.
 
     Each missing blob is asked of `sources` in turn (another cache, an archive) before the
     Hub, and verified the same way whichever gave it; wrong bytes from a source are refused
@@ -298,7 +311,7 @@ def execute_plan(
             fetched_bytes, hub_files, failures, failed_blobs, by_others = _download_all(
                 downloads, cache_dir, endpoint, token, jobs, connections, timeout, wrong_blobs,
                 builds, _Sources(sources, offline, restored, refused),
-                on_start, on_bytes, on_done, tuning,
+                on_start, on_bytes, on_done, tuning, admit,
             )
         try:
             for r in work:
@@ -405,6 +418,7 @@ def _download_all(
     on_bytes: Callable[[str, int], None] | None,
     on_done: Callable[[str, int], None] | None,
     tuning: list[Any],
+    admit: Admit | None = None,
 ) -> tuple[int, int, list[WlockError], set[tuple[str, str, str]], tuple[int, int]]:
     """Fetch every blob; returns the bytes fetched (from any source), the files the Hub
     served, the failures, the blobs that failed, and the files (and bytes) another sync
@@ -478,6 +492,7 @@ def _download_all(
             if found:
                 if on_bytes:
                     on_bytes(label, f.size)
+                _admitted(admit, repo, f, temp)
                 publish_blob(temp, paths.blob_file(f.etag), replace=wrong)
                 return f.size
             for attempt in (1, 2):
@@ -511,6 +526,7 @@ def _download_all(
                             hint="The file was refused and not cached. Retry; if it persists, "
                             "the Hub or a proxy is serving other bytes than the lock names.",
                         ) from None
+            _admitted(admit, repo, f, str(job.temp))
             publish_blob(job.temp, paths.blob_file(f.etag), replace=wrong)
             with counting:
                 from_hub[0] += 1
@@ -565,7 +581,7 @@ def _download_all(
                 repo, f = futures[future]
                 try:
                     fetched += future.result()
-                except (HubError, IntegrityFailure, LocalError) as e:
+                except (HubError, IntegrityFailure, LocalError, PolicyError) as e:
                     # Every failure names its file, so a report grouped by cause lists the
                     # files it hit (it said "?, ?, ?" for a disk that filled up).
                     e.subject = e.subject or f"{repo.id}/{f.path}"
@@ -580,6 +596,18 @@ def _download_all(
             transfer.abort()
             raise
     return fetched, from_hub[0], failures, failed, (by_others[0], by_others[1])
+
+
+def _admitted(admit: Admit | None, repo: LockedRepo, f: LockedFile, temp: str) -> None:
+    """Ask `admit` about verified bytes about to be published; a refusal deletes them."""
+    if admit is None:
+        return
+    try:
+        admit(repo, f, temp)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
 
 
 def _local(e: OSError, cache_dir: Path, subject: str | None = None) -> LocalError:

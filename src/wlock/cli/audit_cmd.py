@@ -29,9 +29,10 @@ RULES = {"pickle": "a pickle imports what the policy does not allow",
 def audit(fmt: str, settings: Settings) -> None:
     """Judge the lock, and the pickles synced from it, against the project's policy.
 
-    Offline. Every locked pickle in the cache is scanned again (its bytes: a file swapped
-    after a sync is judged as it is); licences and remote code are judged from the lock.
-    Exit 7 on a violation. The policy lives in weights.toml:
+    Offline. Every locked file in the cache is judged again from its bytes (a file swapped
+    after a sync is judged as it is); a file not synced is judged from the lock's record
+    only, and the report says how many were. Licences and remote code are judged from the
+    lock. Exit 7 on a violation. The policy lives in weights.toml:
 
     \b
       [tool.wlock.policy]
@@ -63,7 +64,7 @@ def audit(fmt: str, settings: Settings) -> None:
                                           if policy.licenses is not None else None,
                                           "remote-code": policy.remote_code},
                                "scanned": report.scanned, "from_lock": report.from_lock,
-                               "unjudged": report.unjudged, "violations": items}, indent=2))
+                               "violations": items}, indent=2))
     elif fmt == "github":
         for v in report.violations:
             title = f"wlock audit: {v.kind}"
@@ -73,11 +74,13 @@ def audit(fmt: str, settings: Settings) -> None:
     else:
         for v in report.violations:
             click.echo(f"{v.kind}: {v.message}")
-    for item in report.unjudged:
-        info(f"not judged (not synced, and the lock records no scan): {item}")
-    info(f"{count(report.scanned, 'pickle')} scanned on disk, {report.from_lock} judged from "
-         f"the lock; {count(len(report.violations), 'violation')} of the policy in "
-         f"{policy.path}.")
+    info(f"{count(report.scanned, 'file')} judged from the bytes on disk; "
+         f"{count(len(report.violations), 'violation')} of the policy in {policy.path}.")
+    if report.from_lock:
+        info(f"{count(report.from_lock, 'file')} not on disk: judged from the lock's records "
+             "only (what `wlock lock` read through ranges, not the bytes a download brings). "
+             "`wlock sync` judges the bytes before they land; `wlock lock --check --rescan` "
+             "judges the Hub's bytes now.")
     if report.violations:
         sys.exit(ExitCode.POLICY)
 

@@ -15,6 +15,9 @@ from wlock.units import count, human_size
 @click.command()
 @click.option("--check", is_flag=True,
               help="Exit 3 if weights.lock does not match weights.toml; no network request.")
+@click.option("--rescan", is_flag=True,
+              help="With --check: judge every locked file again from the Hub's bytes (HTTP "
+              "ranges, never the tensors), against the policy and the lock's records.")
 @click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
 @click.option("--upgrade", "-U", is_flag=True, help="Move every pin to its ref's current commit.")
 @click.option("--upgrade-package", "-P", multiple=True, metavar="ID",
@@ -35,8 +38,8 @@ from wlock.units import count, human_size
 @offline_option
 @common_options
 def lock(
-    check: bool, dry_run: bool, upgrade: bool, upgrade_package: tuple[str, ...], jobs: int,
-    timeout: float, from_record: Path | None, run_id: str | None, output: Path | None,
+    check: bool, rescan: bool, dry_run: bool, upgrade: bool, upgrade_package: tuple[str, ...],
+    jobs: int, timeout: float, from_record: Path | None, run_id: str | None, output: Path | None,
     settings: Settings,
 ) -> None:
     """Pin every entry of weights.toml to a commit, and every file to its size and hash.
@@ -49,6 +52,7 @@ def lock(
     Examples:
       wlock lock                          # pin new and changed entries
       wlock lock --check                  # in CI: is weights.lock up to date?
+      wlock lock --check --rescan         # ... and are its records the Hub's bytes?
       wlock lock --upgrade-package acme/tiny-bert --dry-run
       wlock lock --upgrade                # move every pin to its ref's newest commit
       HF_HUB_OFFLINE=1 wlock lock         # no request: fine while weights.toml is unchanged
@@ -63,7 +67,10 @@ def lock(
 
     if check and dry_run:
         raise click.UsageError("--check and --dry-run cannot be used together")
-    from wlock.policy import enforcer
+    if rescan and not check:
+        raise click.UsageError("--rescan needs --check (a plain `wlock lock` judges what it "
+                               "resolves anew)")
+    from wlock.policy import enforcer, read_policy
 
     project = settings.project()
     started = time.monotonic()
@@ -72,7 +79,10 @@ def lock(
         dry_run=dry_run, upgrade=upgrade, upgrade_packages=upgrade_package, jobs=jobs,
         timeout=timeout, offline=settings.offline,
         accept=enforcer(project / "weights.toml", "weights.lock was left as it was."),
+        scan_limits=read_policy(project / "weights.toml").limits,
     )
+    if rescan:
+        _rescan(result.lock, project, jobs, timeout, settings)
     elapsed = time.monotonic() - started
     for note in result.notes:
         info(f"merge: {note}")
@@ -108,6 +118,24 @@ def lock(
     else:
         verb = "Wrote" if result.written else "Unchanged:"
         info(f"{verb} weights.lock: {repos}, {files}, {size} in {elapsed:.2f}s.")
+
+
+def _rescan(lock: object, project: Path, jobs: int, timeout: float, settings: Settings
+            ) -> None:
+    """The lock's records against the Hub's bytes now: PolicyError (exit 7) naming each file
+    the policy refuses or whose record differs."""
+    from wlock.lock.resolve import rescan_lock
+    from wlock.models import Lock
+    from wlock.policy import judge_rescan, read_policy, refusal
+
+    assert isinstance(lock, Lock)
+    policy = read_policy(project / "weights.toml")
+    now = rescan_lock(lock, endpoint=settings.endpoint, token=settings.token,
+                      scan_limits=policy.limits, jobs=jobs, timeout=timeout)
+    if violations := judge_rescan(lock, now, policy):
+        raise refusal(violations, policy, "weights.lock was left as it was.")
+    info(f"weights.lock's records are the Hub's bytes: "
+         f"{count(sum(len(r.pickles) for r in now.repos), 'pickle')} judged again.")
 
 
 def _from_record(log: Path, run_id: str | None, output: Path | None, settings: Settings,

@@ -116,11 +116,12 @@ def add(
         from wlock.lock.resolve import lock_project
 
         try:
-            from wlock.policy import enforcer
+            from wlock.policy import enforcer, read_policy
 
             result = lock_project(project, endpoint=settings.endpoint, token=settings.token,
                                   timeout=timeout,
-                                  accept=enforcer(path, "weights.lock was left as it was."))
+                                  accept=enforcer(path, "weights.lock was left as it was."),
+                                  scan_limits=read_policy(path).limits)
         except WlockError as e:
             write_bytes_atomic(path, before)  # as it was: nothing half-added
             e.hint = ((e.hint + "\n") if e.hint else "") + (

@@ -8,6 +8,7 @@ import click
 
 from wlock.cli.options import Settings, common_options, lock_option
 from wlock.cli.output import info
+from wlock.models import LockedFile, LockedRepo
 
 
 @click.command()
@@ -17,20 +18,28 @@ from wlock.cli.output import info
 @common_options
 def sbom(output: Path | None, settings: Settings) -> None:
     """Write a CycloneDX 1.6 bill of materials for the lock: a machine-learning-model (or
-    data) component per repo with its purl (pkg:huggingface/org/name@commit), licence and
-    every file's hash; base models as provenance; required models as dependencies.
-    Offline.
+    data) component per repo with its purl (pkg:huggingface/org/name@commit), each licence
+    its card lists, and every file's hash (a regular file's content hashes when its bytes
+    are in the cache; its git blob id always); base models as provenance; required models as
+    dependencies. Offline.
 
     \b
     Examples:
       wlock sbom -o weights.cdx.json
     """
     from wlock.atomic import write_text_atomic
+    from wlock.cache.layout import RepoPaths
     from wlock.lock.lockfile import read_lock
     from wlock.lock.sbom import render_bom
 
     lock_path = settings.lock_path()
-    text = render_bom(read_lock(lock_path), lock_path.parent.name) + "\n"
+    cache = settings.cache_dir
+
+    def blob_of(repo: LockedRepo, f: LockedFile) -> Path | None:
+        blob = RepoPaths.of(cache, repo).blob(f.etag)
+        return blob if blob.is_file() else None
+
+    text = render_bom(read_lock(lock_path), lock_path.parent.name, blob_of) + "\n"
     if output is None:
         click.echo(text, nl=False)
         return

@@ -60,8 +60,11 @@ def sync(
     """Materialize exactly the locked files into the Hugging Face cache.
 
     Files already present are not fetched again; a sync with nothing to do makes no network
-    request. Every download is verified against the lock before it becomes visible. After a
-    sync, `from_pretrained(id, revision=<commit>)` works with HF_HUB_OFFLINE=1.
+    request. Every download is verified against the lock, and judged again by the policy of
+    weights.toml ([tool.wlock.policy]; the default without one: pickles may import only what
+    torch's weights-only loading allows), before it becomes visible: a refused file is never
+    published (exit 7). After a sync, `from_pretrained(id, revision=<commit>)` works with
+    HF_HUB_OFFLINE=1.
 
     \b
     Examples:
@@ -133,7 +136,22 @@ def sync(
     if not settings.offline:
         preflight(plan)
     from wlock.cli.progress import make_progress
+    from wlock.policy import Policy, read_policy
+    from wlock.policy.gate import admission
 
+    policy = Policy()  # without weights.toml: the default, which refuses unknown imports
+    if manifest_path.is_file():
+        from wlock.errors import InvalidFileError
+
+        try:
+            policy = read_policy(manifest_path)
+        except InvalidFileError:
+            if not frozen:
+                raise
+            # --frozen never needs weights.toml: its policy is read when it can be, and the
+            # default judges otherwise (failing closed, not open).
+            warn(f"{MANIFEST_NAME} cannot be read; judging the bytes with the default policy "
+                 "(pickle = \"safe-imports\").", label="note")
     sources = _sources(settings, from_caches, archive_flag, no_archive)
     progress = make_progress("Syncing", plan.bytes_to_fetch, quiet=settings.json)
     try:
@@ -142,6 +160,7 @@ def sync(
             connections=connections, timeout=timeout, offline=settings.offline,
             sources=sources,
             on_start=progress.start, on_bytes=progress.advance, on_done=progress.done,
+            admit=admission(policy),
         )
     finally:
         progress.close()

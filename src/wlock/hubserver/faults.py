@@ -10,7 +10,9 @@ Actions: `status` (with `status`, optional `error_code`, `retry_after`, and `loc
 redirect's Location header, sent as given, so "?moved=1" points at the same path), `truncate` (send
 `bytes` of the body, then drop the connection), `stall` (send `bytes`, then hold the
 connection silent for `seconds`, default 600), `corrupt` (flip one byte of the body),
-`drop` (close the connection without answering), `delay` (`delay_ms`), and
+`drop` (close the connection without answering), `delay` (`delay_ms`), `range` (a request
+with a Range header answered wrongly, by `mode`: `short`, `wrong`, `ignore` or `decoy` with
+`data_b64`; see _Handler._send_bad_range in server.py), and
 `inject_file` (add `name` to every file listing of the matched repo: a malicious listing).
 A rule with `times` fires that many times, then stops; without it, it fires forever. With
 `every: N` it fires on every N-th matching request only (2: a flaky link failing one in two).
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ACTIONS = frozenset(
-    {"status", "truncate", "stall", "corrupt", "drop", "delay", "inject_file"}
+    {"status", "truncate", "stall", "corrupt", "drop", "delay", "inject_file", "range"}
 )
 
 

@@ -12,6 +12,7 @@ huggingface_hub 2.x expects of it:
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import hmac
@@ -34,6 +35,7 @@ from wlock.hubserver.store import Commit, Repo, RepoStore, StoredFile
 
 _API_VERBS = frozenset({"revision", "tree", "refs", "paths-info"})
 _BODY_ACTIONS = frozenset({"truncate", "corrupt", "stall"})
+_RANGE_ACTIONS = frozenset({"range"})
 _EARLY_ACTIONS = frozenset({"status", "drop", "delay"})
 # A shaped body goes out in pieces of PACE_S seconds at its rate (at least 64 KiB), as a stream
 # held to a window by a long path delivers a window's bytes at a time. 64 KiB pieces at any
@@ -370,6 +372,11 @@ class _Handler(BaseHTTPRequestHandler):
         chunk sent only if it matches; a range only from a blob verified as it is now."""
         start, end, status = 0, size - 1, 200
         range_header = self.headers.get("Range")
+        if range_header and self.command == "GET" and (rule := self.server.app.faults.take(
+                self.server.name, "GET", urlsplit(self.path).path, _RANGE_ACTIONS,
+                urlsplit(self.path).query)) is not None:
+            self._send_bad_range(path, size, headers, rule)
+            return
         if range_header:
             start, end = self._parse_range(range_header, size)
             status = 206
@@ -418,6 +425,37 @@ class _Handler(BaseHTTPRequestHandler):
                 data = bytearray(f.read(length))
                 data[len(data) // 2] ^= 0xFF
                 self.wfile.write(bytes(data))
+
+    def _send_bad_range(self, path: Path, size: int, headers: dict[str, str],
+                        rule: Any) -> None:
+        """A range answered as a hostile or broken server answers it (`mode`): `short` (half
+        the bytes asked, with a Content-Range that says so), `wrong` (the bytes asked under
+        a Content-Range naming others), `ignore` (200 and the whole file), `decoy` (the
+        ranges cut from `data_b64` instead of the file, padded with zeros to its size: what
+        a server shows a scanner that reads ranges, and not a download)."""
+        mode = rule.params.get("mode", "short")
+        start, end = self._parse_range(self.headers["Range"], size)
+        with open(path, "rb") as f:
+            content = f.read()
+        if mode == "decoy":
+            decoy = base64.b64decode(rule.params["data_b64"])
+            content = (decoy + bytes(size))[:size]
+        if mode == "ignore":
+            if self._logged is not None:
+                self._logged["bytes"] = size
+            self._file_head(200, size, headers)
+            self._end_headers_with(content)
+            return
+        if mode == "short":
+            end = start + (end - start) // 2
+        shown = f"bytes {start}-{end}/{size}"
+        if mode == "wrong":
+            shown = f"bytes {start + 1}-{end + 1}/{size}"
+        body = content[start:end + 1]
+        if self._logged is not None:
+            self._logged["bytes"] = len(body)
+        self._file_head(206, len(body), {**headers, "Content-Range": shown})
+        self._end_headers_with(body)
 
     def _file_head(self, status: int, length: int, headers: dict[str, str]) -> None:
         """The status and header lines of an answer carrying a file's bytes (not yet sent:

@@ -6,6 +6,7 @@ Hub attests, and turns the Hub's failures into WlockErrors that say what to do.
 
 from __future__ import annotations
 
+import io
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -30,6 +31,8 @@ from wlock.version import __version__
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
 
+    from wlock.scan import ScanLimits
+
 T = TypeVar("T")
 
 MAX_ATTEMPTS = 6
@@ -52,7 +55,7 @@ class RemoteSnapshot:
     library_name: str | None = None  # the Hub's guess of the library that loads it
     # From the card's front matter (cardData): SPDX id or "other", its name for "other",
     # and the models it says it was made from (provenance, never a dependency).
-    license: str | None = None
+    licenses: tuple[str, ...] = ()
     license_name: str | None = None
     base_models: tuple[str, ...] = ()
 
@@ -122,7 +125,10 @@ class HubClient:
         return RemoteSnapshot(
             kind=kind, hub_id=str(getattr(info, "id", repo_id)),
             revision=sha, files=files, library_name=library if isinstance(library, str) else None,
-            license=license_id if isinstance(license_id, str) else None,
+            # `license: mit` or a list (`license: [mit, apache-2.0]`): each is recorded.
+            licenses=tuple(x for x in ([license_id] if isinstance(license_id, str)
+                                       else license_id if isinstance(license_id, list)
+                                       else []) if isinstance(x, str) and x),
             license_name=card["license_name"] if isinstance(card.get("license_name"), str)
             else None,
             # Repo ids only: a card written by a local save names a folder (provenance that
@@ -131,47 +137,86 @@ class HubClient:
                               if isinstance(b, str) and repo_id_problem(b) is None),
         )
 
-    def scan_pickle(self, kind: RepoKind, repo_id: str, revision: str, f: LockedFile
-                    ) -> tuple[PickleScan, int]:
-        """What the locked pickle `f` imports, read with HTTP ranges (its zip directory and
-        data.pkl, or its pickles from the start), never its tensors. Returns the scan and
-        the bytes read. Raises a HubError subclass (exit 5) naming the file."""
-        from wlock.lock.pickles import RangeReader, scan
+    def scan_pickle(self, kind: RepoKind, repo_id: str, revision: str, f: LockedFile,
+                    limits: ScanLimits | None = None) -> tuple[PickleScan, int]:
+        """The judgement of the locked file `f` (wlock.scan), read with HTTP ranges: a zip's
+        directory and pickles, a pickle to its STOP, the first block of anything else;
+        never the tensors. Returns it and the bytes read. Raises a HubError subclass (exit
+        5) naming the file and the host: the Hub failed, or answered a range with bytes
+        other than those asked."""
+        from urllib.parse import urlsplit
 
+        import httpx2
+
+        from wlock.lock.pickles import BadRangeError, RangeReader, WholeBody, check_content_range
+        from wlock.scan import ScanLimits, judge_file
+
+        limits = limits or ScanLimits()
         prefix = "datasets/" if kind == "dataset" else ""
         url = f"{self.endpoint}/{prefix}{repo_id}/resolve/{revision}/{quote(f.path)}"
         client = self._range_client()
+        whole = WholeBody()
+        subject = f"{repo_id}: {f.path}"
+
+        def refused(host: str, problem: str) -> BadRangeError:
+            return BadRangeError(
+                f"cannot judge {subject}: {host} answered a range request with {problem}",
+                repo=repo_id, subject=subject,
+                hint="The server (or a proxy before it) does not serve ranges as HTTP "
+                "says; nothing from it was judged. Retry, or lock through another endpoint.")
 
         def fetch(start: int, end: int) -> bytes:
-            import httpx2
-
-            if end <= start:
-                return b""
+            if whole.file is not None:
+                return whole.cut(start, end)
             for attempt in range(1, MAX_TRANSPORT_ATTEMPTS + 1):
                 try:
-                    response = client.get(url, headers={"Range": f"bytes={start}-{end - 1}"})
+                    with client.stream("GET", url, headers={
+                            "Range": f"bytes={start}-{end - 1}"}) as response:
+                        host = urlsplit(str(response.url)).netloc
+                        status = response.status_code
+                        if is_transient(status) and attempt < MAX_TRANSPORT_ATTEMPTS:
+                            wait = retry_delay(attempt, response.headers.get("Retry-After"))
+                        elif status == 200:
+                            # Range ignored: the whole file, once, if the bound allows it.
+                            if f.size > limits.max_inflated:
+                                raise refused(host, f"the whole file ({f.size} bytes, past "
+                                              "the judgement's bound max-inflated)")
+                            problem = whole.keep(response.iter_bytes, f.size)
+                            if problem:
+                                raise refused(host, problem)
+                            return whole.cut(start, end)
+                        elif status == 206:
+                            body = bytearray()
+                            for chunk in response.iter_bytes():
+                                body += chunk
+                                if len(body) > end - start:
+                                    break
+                            problem = check_content_range(
+                                response.headers.get("Content-Range"), start, end, f.size,
+                                len(body))
+                            if problem:
+                                raise refused(host, problem)
+                            return bytes(body)
+                        else:
+                            raise hub_error(status, response.headers.get("X-Error-Code"),
+                                            kind=kind, repo_id=repo_id,
+                                            endpoint=self.endpoint, attempts=attempt)
                 except httpx2.TransportError as e:
                     if attempt == MAX_TRANSPORT_ATTEMPTS:
                         raise HubUnreachableError(
-                            f"cannot read {repo_id}: {f.path} from {self.endpoint}: "
+                            f"cannot read {subject} from {self.endpoint}: "
                             f"{redact(str(e)) or type(e).__name__}", repo=repo_id,
                             hint="Check the network, or raise --timeout.") from None
-                    self._sleep(retry_delay(attempt, None))
-                    continue
-                if is_transient(response.status_code) and attempt < MAX_TRANSPORT_ATTEMPTS:
-                    self._sleep(retry_delay(attempt, response.headers.get("Retry-After")))
-                    continue
-                if response.status_code not in (200, 206):
-                    raise hub_error(response.status_code, response.headers.get("X-Error-Code"),
-                                    kind=kind, repo_id=repo_id, endpoint=self.endpoint,
-                                    attempts=attempt)
-                body: bytes = response.content
-                # A server that ignores Range answers 200 with the whole file.
-                return body[start:end] if response.status_code == 200 else body
+                    wait = retry_delay(attempt, None)
+                self._sleep(wait)
             raise AssertionError("unreachable")
 
         reader = RangeReader(f.size, fetch)
-        return scan(reader, f.path), reader.bytes_read
+        try:
+            return judge_file(io.BufferedReader(reader), f.path, limits, f.size), \
+                reader.bytes_read
+        finally:
+            whole.close()
 
     def _range_client(self) -> Any:
         """One httpx client for every range read of this lock (connections kept alive; it is

@@ -163,8 +163,10 @@ def render_lock(lock: Lock) -> str:
         if repo.skipped:
             out.append(f"skipped = {_array(tuple(sorted(repo.skipped)))}\n")
             out.append(f"skipped-size = {repo.skipped_size}\n")
-        if repo.license is not None:
-            out.append(f"license = {_str(repo.license)}\n")
+        if len(repo.licenses) == 1:
+            out.append(f"license = {_str(repo.licenses[0])}\n")
+        elif repo.licenses:
+            out.append(f"license = {_array(repo.licenses)}\n")
         if repo.license_name is not None:
             out.append(f"license-name = {_str(repo.license_name)}\n")
         if repo.base_models:
@@ -176,6 +178,8 @@ def render_lock(lock: Lock) -> str:
             for scan in sorted(repo.pickles, key=lambda p: p.path):
                 what = (f"imports = {_array(scan.imports)}" if scan.pickle
                         else "not-a-pickle = true")
+                if scan.unreadable is not None:
+                    what += f", unreadable = {_str(scan.unreadable)}"
                 out.append(f"  {{ path = {_str(scan.path)}, {what} }},\n")
             out.append("]\n")
         if not repo.files:
@@ -455,7 +459,14 @@ def _parse_repo(
         raise fail(f"{repo_id}: `skipped-size` must be a number of bytes",
                    f"{kind}.skipped-size", at("skipped-size"))
     card: dict[str, str | None] = {}
-    for key in ("license", "license-name"):
+    licenses = raw.get("license")
+    if isinstance(licenses, str):
+        licenses = [licenses]
+    if licenses is not None and not (isinstance(licenses, list) and licenses and all(
+            isinstance(x, str) and x and len(x) < 256 for x in licenses)):
+        raise fail(f"{repo_id}: `license` must be a name or a list of names",
+                   f"{kind}.license", at("license"))
+    for key in ("license-name",):
         value = raw.get(key)
         if value is not None and not (isinstance(value, str) and value and len(value) < 256):
             raise fail(f"{repo_id}: `{key}` must be a name", f"{kind}.{key}", at(key))
@@ -475,7 +486,7 @@ def _parse_repo(
         kind=kind, id=repo_id, requested=requested, revision=revision, files=files,
         include=globs["include"], exclude=globs["exclude"], loader=loader, variant=variant,
         requires=names["requires"], skipped=names["skipped"], skipped_size=skipped_size,
-        license=card["license"], license_name=card["license-name"],
+        licenses=tuple(licenses or ()), license_name=card["license-name"],
         base_models=tuple(base_models), pickles=pickles, remote_code=tuple(remote_code),
     )
 
@@ -490,7 +501,8 @@ def _parse_pickles(repo_id: str, raw: Any, kind: RepoKind, line: int,
     for item in raw:
         if not isinstance(item, dict) or not isinstance(item.get("path"), str) or \
                 file_path_problem(item["path"]) is not None or \
-                not set(item) <= {"path", "imports", "not-a-pickle"}:
+                not set(item) <= {"path", "imports", "not-a-pickle", "unreadable"} or \
+                not isinstance(item.get("unreadable", ""), str):
             raise fail(problem, f"{kind}.pickles", line)
         imports = item.get("imports", [])
         # Exactly one of `imports = [...]` and `not-a-pickle = true`, as the writer puts it.
@@ -498,7 +510,8 @@ def _parse_pickles(repo_id: str, raw: Any, kind: RepoKind, line: int,
                 item.get("not-a-pickle", True) is not True or not isinstance(imports, list) \
                 or not all(isinstance(i, str) for i in imports):
             raise fail(problem, f"{kind}.pickles", line)
-        out.append(PickleScan(item["path"], tuple(imports), "imports" in item))
+        out.append(PickleScan(item["path"], tuple(imports), "imports" in item,
+                              item.get("unreadable")))
     return tuple(out)
 
 

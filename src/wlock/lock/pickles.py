@@ -1,45 +1,57 @@
-"""What a pickle imports, read without downloading the weights.
+"""A locked file's bytes through HTTP ranges, for the lock-time judgement (`wlock.scan`).
 
-A `pytorch_model.bin` is a pickle: `torch.load` calls whatever its GLOBAL/STACK_GLOBAL
-opcodes name. The lock records those names for every locked pickle, so a policy can judge
-them offline. The stream is read through HTTP ranges (`RangeReader`): a torch file is a zip,
-so its end (the central directory), then `<name>/data.pkl`; a legacy torch file or a plain
-pickle, its pickles from the start until they end. The tensors' bytes are never read.
-
-The opcodes are walked by picklescan, the scanner the Hub itself runs on every upload: on
-bench/pickle_scanners.py's corpus it caught 16 of 16 malicious pickles (every protocol,
-STACK_GLOBAL through the memo, a nested pickle, getattr on an import) and passed 5 of 5 torch
-checkpoints, and it is the one of the three measured that lists the imports (fickling
-flagged 4 of 5 benign torch files; modelscan gives a verdict, not the names).
+The judgement reads a torch zip by its ends (the central directory, then each pickle
+member), a pickle from its start to its STOP, and the first block of anything else: never
+the tensors. Every answer is checked before a byte of it is judged (issue 36): a 206 must
+carry exactly the range asked (`Content-Range` and length), or the read fails naming the
+file and the host; a server that ignores `Range` and answers 200 has its body read once,
+to the file's locked size, and every later range is cut from that copy.
 """
 
 from __future__ import annotations
 
 import io
-import logging
-import pickletools
-import zipfile
+import re
+import tempfile
 from collections.abc import Callable
+from typing import IO
 
-from wlock.models import PickleScan
+from wlock.errors import HubError
 
-_OPCODES = frozenset(op.code for op in pickletools.opcodes)
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
-_TORCH_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+BLOCK = 64 * 1024
+# A whole body kept in memory up to this, then on disk (a server that ignores Range).
+SPOOL_IN_MEMORY = 8 * 1024 * 1024
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)\Z")
 
 
-def is_pickle_name(path: str) -> bool:
-    """A file `torch.load` or `pickle.load` would be given: judged by its name, as the Hub's
-    scanner does (the bytes decide whether it really is one)."""
-    return path.lower().endswith(PICKLE_SUFFIXES)
+class BadRangeError(HubError):
+    """A server's answer to a range request was not the range asked (exit 5)."""
+
+
+def check_content_range(header: str | None, start: int, end: int, size: int,
+                        got: int) -> str | None:
+    """What is wrong with a 206 to `bytes=start-(end-1)` of a `size`-byte file whose body
+    had `got` bytes; None when it is the range asked."""
+    if header is None:
+        return "a 206 without Content-Range"
+    match = _CONTENT_RANGE.match(header.strip())
+    if match is None:
+        return f"a Content-Range that is not one ({header[:80]!r})"
+    first, last, total = int(match[1]), int(match[2]), match[3]
+    if (first, last + 1) != (start, end) or (total != "*" and int(total) != size):
+        return f"bytes {first}-{last}/{total} where {start}-{end - 1}/{size} was asked"
+    if got != end - start:
+        return f"{got} bytes of a range of {end - start}"
+    return None
 
 
 class RangeReader(io.RawIOBase):
-    """A seekable read-only file over `fetch(start, end)` (an HTTP range, end exclusive):
-    what zipfile and the scanner read, fetched in blocks, each block once."""
+    """A seekable read-only file over `fetch(start, end)` (an HTTP range, end exclusive,
+    which must return exactly those bytes): what zipfile and the judgement read, fetched in
+    blocks, each block once."""
 
     def __init__(self, size: int, fetch: Callable[[int, int], bytes],
-                 block: int = 64 * 1024) -> None:
+                 block: int = BLOCK) -> None:
         super().__init__()
         self.size, self._fetch, self._block = size, fetch, block
         self._pos = 0
@@ -64,9 +76,14 @@ class RangeReader(io.RawIOBase):
     def _get(self, index: int) -> bytes:
         if index not in self._blocks:
             start = index * self._block
-            data = self._fetch(start, min(self.size, start + self._block))
+            end = min(self.size, start + self._block)
+            data = self._fetch(start, end)
+            if len(data) != end - start:  # fetch's own promise; a guard, not a check
+                raise AssertionError("a range fetch returned another length")
             self.bytes_read += len(data)
             self.requests += 1
+            if len(self._blocks) >= 256:  # 16 MiB of blocks at most; the walk reads on
+                self._blocks.pop(next(iter(self._blocks)))
             self._blocks[index] = data
         return self._blocks[index]
 
@@ -84,60 +101,34 @@ class RangeReader(io.RawIOBase):
         return done
 
 
-# What a pickle the scanner could not follow imports, as picklescan names an import it
-# cannot read: unknown, so refused by `safe-imports` (and by "deny", as any pickle).
-UNREADABLE = "unknown.unknown"
+class WholeBody:
+    """A 200 answer to a range request, read once (to the file's size, no further) and kept:
+    the reader's later ranges are cut from it."""
 
+    def __init__(self) -> None:
+        self.file: IO[bytes] | None = None
 
-def scan(stream: io.RawIOBase | io.BufferedIOBase, path: str) -> PickleScan:
-    """The imports of the pickle(s) in `stream` (a torch zip, a legacy torch file, a plain
-    pickle). A file that holds no pickle at all gives `pickle=False`; one whose opcodes the
-    scanner could read but not follow imports UNREADABLE: picklescan raises ValueError for a
-    STACK_GLOBAL without its two operands, and MemoryError where a torch file's first opcode
-    declares a string of 2^40 bytes (both seen on random `.bin` files: they ended the lock in
-    a traceback)."""
-    try:
-        return _scan(stream, path)
-    except (ValueError, MemoryError):
-        return PickleScan(path, (UNREADABLE,), True)
+    def keep(self, chunks: Callable[[], object], size: int) -> str | None:
+        """Spool the body; what is wrong with it (longer or shorter than `size`) or None."""
+        spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY)  # noqa: SIM115
+        got = 0
+        for chunk in chunks():  # type: ignore[attr-defined]
+            got += len(chunk)
+            if got > size:
+                spool.close()
+                return f"a body longer than the file's {size} bytes"
+            spool.write(chunk)
+        if got != size:
+            spool.close()
+            return f"a body of {got} bytes where the file has {size}"
+        self.file = spool
+        return None
 
+    def cut(self, start: int, end: int) -> bytes:
+        assert self.file is not None
+        self.file.seek(start)
+        return self.file.read(end - start)
 
-def _scan(stream: io.RawIOBase | io.BufferedIOBase, path: str) -> PickleScan:
-    from picklescan import scanner
-
-    logging.getLogger("picklescan").setLevel(logging.ERROR)
-    data: io.BufferedIOBase = io.BufferedReader(stream) if isinstance(
-        stream, io.RawIOBase) else stream
-    found: set[str] = set()
-    seen_pickle = False
-    data.seek(0)
-    head = data.read(4)
-    # Only a file that starts as a zip is looked at as one (zipfile.is_zipfile reads the end
-    # of the file: a block more for every pickle).
-    if head == b"PK\x03\x04" and zipfile.is_zipfile(data):
-        data.seek(0)
-        with zipfile.ZipFile(data) as archive:
-            # Only the members a torch file unpickles (`data.pkl`, and any other .pkl): the
-            # tensors' members are raw bytes, never read.
-            for info in archive.infolist():
-                if info.filename.endswith((".pkl", ".pickle")):
-                    with archive.open(info) as member:
-                        result = scanner.scan_pickle_bytes(member, f"{path}:{info.filename}")
-                    found.update(f"{g.module}.{g.name}" for g in result.globals)
-                    seen_pickle = True
-        return PickleScan(path, tuple(sorted(found)), seen_pickle)
-    data.seek(0)
-    # Not a pickle: the first byte is no opcode at all (OpenVINO's .bin, a raw tensor
-    # dump). Any opcode may start one (protocol 0 needs no PROTO), so all are let through.
-    if not head or chr(head[0]) not in _OPCODES:
-        return PickleScan(path, (), False)
-    if path.lower().endswith(_TORCH_SUFFIXES):
-        try:
-            result = scanner.scan_pytorch(data, path)
-        except scanner.InvalidMagicError:
-            data.seek(0)
-            result = scanner.scan_pickle_bytes(data, path)
-    else:
-        result = scanner.scan_pickle_bytes(data, path)
-    return PickleScan(path, tuple(sorted({f"{g.module}.{g.name}" for g in result.globals})),
-                      not result.scan_err or bool(result.globals))
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()

@@ -102,9 +102,11 @@ def make_record(lock: Lock, lock_path: Path, cache_dir: Path,
             # requires, the card, the pickles' imports): the lock is rebuilt from all of it.
             "loader": repo.loader, "variant": repo.variant, "requires": list(repo.requires),
             "skipped": list(repo.skipped), "skipped_size": repo.skipped_size,
-            "license": repo.license, "license_name": repo.license_name,
+            "license": repo.license if len(repo.licenses) <= 1 else list(repo.licenses),
+            "license_name": repo.license_name,
             "base_models": list(repo.base_models), "remote_code": list(repo.remote_code),
-            "pickles": [{"path": p.path, "imports": list(p.imports), "pickle": p.pickle}
+            "pickles": [{"path": p.path, "imports": list(p.imports), "pickle": p.pickle,
+                         **({"unreadable": p.unreadable} if p.unreadable else {})}
                         for p in repo.pickles],
             "file_list": [{"path": f.path, "size": f.size,
                            f.hash_kind.replace("-", "_"): f.etag} for f in repo.files],
@@ -177,10 +179,11 @@ def lock_from_record(log: Path, run_id: str | None = None) -> tuple[Lock, dict[s
                 exclude=tuple(r.get("exclude", ())), loader=r.get("loader"),
                 variant=r.get("variant"), requires=tuple(r.get("requires", ())),
                 skipped=tuple(r.get("skipped", ())), skipped_size=int(r.get("skipped_size", 0)),
-                license=r.get("license"), license_name=r.get("license_name"),
+                licenses=_licenses(r.get("license")), license_name=r.get("license_name"),
                 base_models=tuple(r.get("base_models", ())),
                 remote_code=tuple(r.get("remote_code", ())),
-                pickles=tuple(PickleScan(p["path"], tuple(p["imports"]), bool(p["pickle"]))
+                pickles=tuple(PickleScan(p["path"], tuple(p["imports"]), bool(p["pickle"]),
+                                         p.get("unreadable"))
                               for p in r.get("pickles", ()))))
         except (KeyError, TypeError, ValueError) as e:
             raise InvalidFileError(str(log), f"a record of run {run_id} lacks {e}",
@@ -196,3 +199,12 @@ def lock_from_record(log: Path, run_id: str | None = None) -> tuple[Lock, dict[s
                                hint="The record was edited, or written by another version "
                                "of wlock whose lock format differs.")
     return lock, first
+
+
+def _licenses(raw: object) -> tuple[str, ...]:
+    """A record's licence: one name (as every record before lists were kept), or several."""
+    if isinstance(raw, str):
+        return (raw,)
+    if isinstance(raw, list):
+        return tuple(str(x) for x in raw)
+    return ()

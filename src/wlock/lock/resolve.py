@@ -10,7 +10,9 @@ import fnmatch
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wlock.errors import InvalidFileError, OfflineError, UsageError, WlockError
 from wlock.lock.hub import DEFAULT_TIMEOUT, HubClient, RemoteSnapshot
@@ -41,10 +43,13 @@ from wlock.models import (
 )
 from wlock.units import human_size
 
+if TYPE_CHECKING:
+    from wlock.scan import ScanLimits
+
 DEFAULT_JOBS = 16
 
 ReadFile = Callable[[RepoKind, str, str, str], bytes]
-# What a locked pickle imports, read from the Hub with ranges (HubClient.scan_pickle).
+# The judgement of a locked file, read from the Hub with ranges (HubClient.scan_pickle).
 ScanPickle = Callable[[RepoKind, str, str, LockedFile], PickleScan]
 
 
@@ -255,7 +260,7 @@ def plan_lock(
         upgrade=upgrade, upgrade_packages=upgrade_packages)
     fresh = {e.key for e in manifest.entries if e.key not in kept}
     fresh |= {d.key for d in dependencies if previous is None or d is not previous.find(*d.key)}
-    repos = scan_pickles(repos + dependencies, fresh, scan_pickle, jobs)
+    repos = scan_pickles(repos + dependencies, fresh, scan_pickle, jobs, read_file)
     lock = Lock(manifest_digest=manifest.digest, repos=tuple(repos))
     return LockResult(
         lock=lock, changes=diff_locks(previous, lock), written=False, renamed=tuple(renamed),
@@ -277,21 +282,29 @@ def _locked(kind: RepoKind, repo_id: str, requested: str, snap: RemoteSnapshot,
         requires=tuple(sorted({r.id for r in requires})),
         skipped=tuple(collapse((f.path for f in left), kept)) if loader is not None else (),
         skipped_size=sum(f.size for f in left) if loader is not None else 0,
-        license=snap.license, license_name=snap.license_name, base_models=snap.base_models,
+        licenses=snap.licenses, license_name=snap.license_name, base_models=snap.base_models,
         remote_code=code,
     )
 
 
 def scan_pickles(repos: list[LockedRepo], fresh: set[tuple[RepoKind, str]],
-                 scan_pickle: ScanPickle | None, jobs: int) -> list[LockedRepo]:
-    """`repos` with the imports of every locked pickle of the `fresh` ones recorded (read
-    with ranges, concurrently); the others as they were locked."""
+                 scan_pickle: ScanPickle | None, jobs: int,
+                 read_file: ReadFile = _no_reads) -> list[LockedRepo]:
+    """`repos` with the judgement of every locked file of the `fresh` ones that holds a
+    pickle recorded (each file judged by its bytes, read with ranges, concurrently: see
+    wlock.scan.judged_at_lock for which files); the others as they were locked."""
     if scan_pickle is None:
         return repos
-    from wlock.lock.pickles import is_pickle_name
+    from wlock.scan import judged_at_lock, pickle_shards
 
-    work = [(repo, f) for repo in repos if repo.key in fresh for f in repo.files
-            if is_pickle_name(f.path)]
+    work = []
+    for repo in repos:
+        if repo.key not in fresh:
+            continue
+        shards = pickle_shards(repo.files, partial(read_file, repo.kind, repo.id,
+                                                   repo.revision))
+        work += [(repo, f) for f in repo.files
+                 if f.size and judged_at_lock(repo.kind, f.path, shards)]
     if not work:
         return repos
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(work)))) as pool:
@@ -299,7 +312,10 @@ def scan_pickles(repos: list[LockedRepo], fresh: set[tuple[RepoKind, str]],
                                                        item[0].revision, item[1]), work))
     by_repo: dict[tuple[RepoKind, str], list[PickleScan]] = {}
     for (repo, _), scan in zip(work, found, strict=True):
-        by_repo.setdefault(repo.key, []).append(scan)
+        # Only what holds a pickle is recorded: a file without one is judged again, from
+        # its bytes, by sync and audit.
+        if scan.pickle:
+            by_repo.setdefault(repo.key, []).append(scan)
     return [replace(r, pickles=tuple(sorted(by_repo[r.key], key=lambda p: p.path)))
             if r.key in by_repo else r for r in repos]
 
@@ -376,6 +392,20 @@ def diff_locks(old: Lock | None, new: Lock) -> tuple[LockChange, ...]:
     return tuple(changes)
 
 
+def rescan_lock(lock: Lock, *, endpoint: str, token: str | None,
+                scan_limits: ScanLimits | None = None, jobs: int = DEFAULT_JOBS,
+                timeout: float = DEFAULT_TIMEOUT) -> Lock:
+    """`lock` with every repo's records made anew from the Hub's bytes (ranges, as `lock`
+    reads them), for `lock --check --rescan` to compare with what the lock records. Raises
+    a HubError subclass (exit 5) naming the file when a read fails."""
+    client = HubClient(endpoint, token, timeout=timeout)
+    fresh = {r.key for r in lock.repos}
+    cleared = [replace(r, pickles=()) for r in lock.repos]
+    scanned = scan_pickles(cleared, fresh, lambda kind, repo_id, revision, f: client.scan_pickle(
+        kind, repo_id, revision, f, scan_limits)[0], jobs, client.read_file)
+    return replace(lock, repos=tuple(scanned))
+
+
 def lock_project(
     project: Path,
     *,
@@ -389,6 +419,7 @@ def lock_project(
     timeout: float = DEFAULT_TIMEOUT,
     offline: bool = False,
     accept: Callable[[Lock], None] | None = None,
+    scan_limits: ScanLimits | None = None,
 ) -> LockResult:
     """`wlock lock`: resolve weights.toml into weights.lock.
 
@@ -445,7 +476,7 @@ def lock_project(
         upgrade=upgrade, upgrade_packages=upgrade_packages, jobs=jobs,
         read_file=client.read_file,
         scan_pickle=lambda kind, repo_id, revision, f: client.scan_pickle(
-            kind, repo_id, revision, f)[0],
+            kind, repo_id, revision, f, scan_limits)[0],
     )
     if accept is not None:
         accept(result.lock)

@@ -21,6 +21,7 @@ from typing import Any
 
 from wlock.errors import InvalidFileError, PolicyError
 from wlock.models import Lock, LockedRepo, PickleScan
+from wlock.scan.budget import ScanLimits
 
 PICKLE_MODES = ("safe-imports", "deny", "allow")
 REMOTE_CODE_MODES = ("locked", "deny")
@@ -51,6 +52,10 @@ SAFE_IMPORTS: dict[str, frozenset[str]] = {
     "numpy.core.multiarray": frozenset({"_reconstruct", "scalar"}),
     "numpy._core.multiarray": frozenset({"_reconstruct", "scalar"}),
     "_codecs": frozenset({"encode"}),  # how protocol 2 pickles bytes
+    # joblib.dump's header of each numpy array it writes inline (joblib/numpy_pickle.py): a
+    # record of shape, dtype and order, whose bytes joblib.load reads raw (wlock.scan walks
+    # past them as joblib does, and judges an array of objects' own pickle).
+    "joblib.numpy_pickle": frozenset({"NumpyArrayWrapper"}),
     "builtins": frozenset({"set", "frozenset", "slice", "complex", "bytearray"}),
 }
 
@@ -68,6 +73,8 @@ class Policy:
     licenses: tuple[str, ...] | None = None  # None: any licence
     remote_code: str = "locked"
     path: str = "weights.toml"  # where it was read, for messages
+    # [tool.wlock.policy.scan]: each judgement's bounds (a frozen value: one default is safe)
+    limits: ScanLimits = ScanLimits()  # noqa: RUF009
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +110,9 @@ def read_policy(manifest: Path) -> Policy:
     if not isinstance(raw, dict):
         raise fail("policy", "must be a table", "Write [tool.wlock.policy].")
     for key in raw:
-        if key not in ("pickle", "licenses", "remote-code"):
-            raise fail(key, "unknown key", "The policy takes pickle, licenses, remote-code.")
+        if key not in ("pickle", "licenses", "remote-code", "scan"):
+            raise fail(key, "unknown key",
+                       "The policy takes pickle, licenses, remote-code, scan.")
     pickle = raw.get("pickle", "safe-imports")
     if pickle not in PICKLE_MODES:
         raise fail("pickle", f"{pickle!r} is not a pickle policy",
@@ -117,13 +125,32 @@ def read_policy(manifest: Path) -> Policy:
     if remote not in REMOTE_CODE_MODES:
         raise fail("remote-code", f"{remote!r} is not a remote-code policy",
                    f"One of: {', '.join(REMOTE_CODE_MODES)}.")
+    scan = raw.get("scan", {})
+    if not isinstance(scan, dict):
+        raise fail("scan", "must be a table", "Write [tool.wlock.policy.scan].")
+    bounds: dict[str, Any] = {}
+    for key, value in scan.items():
+        if key not in ScanLimits.keys():  # noqa: SIM118 (a classmethod, not a dict)
+            raise fail(key, "unknown key of [tool.wlock.policy.scan]",
+                       f"The judgement's bounds are: {', '.join(ScanLimits.keys())}.")
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise fail(key, "must be a positive number",
+                       "Bytes as a number (268435456), seconds as a number.")
+        bounds[key.replace("-", "_")] = value
     return Policy(pickle=pickle, licenses=tuple(x.lower() for x in licenses)
-                  if licenses is not None else None, remote_code=remote, path=display)
+                  if licenses is not None else None, remote_code=remote, path=display,
+                  limits=ScanLimits(**bounds))
 
 
 def judge_pickle(repo: str, scan: PickleScan, policy: Policy) -> list[Violation]:
     if not scan.pickle or policy.pickle == "allow":
         return []
+    if scan.unreadable is not None and policy.pickle == "safe-imports":
+        # Failing closed: what the judgement could not read to its end may call anything.
+        seen = f" (imports seen before: {', '.join(scan.imports)})" if scan.imports else ""
+        return [Violation("pickle", repo, scan.path, "unknown",
+                          f"{repo}: {scan.path} could not be judged to its end, so "
+                          f"`safe-imports` refuses it as unknown: {scan.unreadable}{seen}")]
     if policy.pickle == "deny":
         return [Violation("pickle", repo, scan.path, "pickle",
                           f"{repo}: {scan.path} is a pickle, and the policy denies pickles "
@@ -142,14 +169,16 @@ def judge_repo(repo: LockedRepo, lock: Lock, policy: Policy,
     for scan in repo.pickles if scans is None else scans:
         out += judge_pickle(repo.id, scan, policy)
     if policy.licenses is not None and repo.kind == "model":
-        licence = (repo.license or "").lower()
-        allowed = licence in policy.licenses or (
-            licence == "other" and (repo.license_name or "").lower() in policy.licenses)
-        if not allowed:
-            shown = repo.license or "none recorded"
-            if licence == "other":
+        # Every licence a card lists must be allowed (a list does not say "any of").
+        for licence in repo.licenses or ("",):
+            lowered = licence.lower()
+            if lowered in policy.licenses or (
+                    lowered == "other" and (repo.license_name or "").lower() in policy.licenses):
+                continue
+            shown = licence or "none recorded"
+            if lowered == "other":
                 shown = f"other ({repo.license_name or 'no license_name'})"
-            out.append(Violation("license", repo.id, None, repo.license or "",
+            out.append(Violation("license", repo.id, None, licence,
                                  f"{repo.id}: licence {shown} is not in the policy's "
                                  f"licenses ({', '.join(policy.licenses)})"))
     if repo.remote_code:
@@ -179,15 +208,55 @@ def judge_lock(lock: Lock, policy: Policy) -> list[Violation]:
     return [v for repo in lock.repos for v in judge_repo(repo, lock, policy)]
 
 
+def judge_rescan(lock: Lock, rescanned: Lock, policy: Policy) -> list[Violation]:
+    """`lock --check --rescan`: the policy over the Hub's bytes as they are now
+    (`rescanned`), and every record of `lock` that differs from them (edited by hand, or
+    shown a decoy when it was made)."""
+    out: list[Violation] = []
+    for repo, now in zip(lock.repos, rescanned.repos, strict=True):
+        recorded = {p.path: p for p in repo.pickles}
+        found = {p.path: p for p in now.pickles}
+        for path in sorted(set(recorded) | set(found)):
+            old = recorded.get(path) or PickleScan(path, (), False)
+            new = found.get(path) or PickleScan(path, (), False)
+            if (old.imports, old.pickle) != (new.imports, new.pickle):
+                out.append(Violation(
+                    "changed", repo.id, path, ", ".join(new.imports),
+                    f"{repo.id}: {path} on the Hub holds "
+                    f"{_shown(new)}, where weights.lock records {_shown(old)}"))
+        for scan in now.pickles:
+            out += judge_pickle(repo.id, scan, policy)
+    return out
+
+
+def _shown(scan: PickleScan) -> str:
+    if not scan.pickle:
+        return "no pickle"
+    return "a pickle importing " + (", ".join(scan.imports) or "nothing")
+
+
 def refusal(violations: list[Violation], policy: Policy, what: str) -> PolicyError:
     """The error for a refused lock: every violation named, and what was left alone."""
-    shown = violations[:20]
-    more = f"\n  ... and {len(violations) - 20} more" if len(violations) > 20 else ""
+    shown = violations[:100]
+    more = f"\n  ... and {len(violations) - 100} more" if len(violations) > 100 else ""
     return PolicyError(
         f"the policy in {policy.path} refuses {len(violations)} thing(s) in the lock:\n"
         + "\n".join(f"  {v.message}" for v in shown) + more,
-        hint=f"{what} Change the entry (another ref, `exclude`, a safetensors-only loader), "
-        "or the policy ([tool.wlock.policy]) if this is acceptable.")
+        hint=" ".join([what, *(_HINTS[kind] for kind in _HINTS
+                               if any(v.kind == kind for v in violations))]))
+
+
+# What to do about each kind of refusal, said once per kind in a refusal's hint.
+_HINTS = {
+    "pickle": "For a pickle: change the entry (another ref, `exclude` the file, a loader that "
+    "takes safetensors), or the policy's `pickle` if you trust its author.",
+    "changed": "For bytes that differ from the lock's record: lock again from the Hub "
+    "(`wlock lock --upgrade-package ID`) and review the diff.",
+    "license": "For a licence: choose a model under a licence the policy lists, or add the "
+    "licence to `licenses` in [tool.wlock.policy] once your use complies with it.",
+    "remote-code": "For remote code: lock the repo that holds it (`wlock add ORG/NAME`), or "
+    "set `remote-code` in [tool.wlock.policy] if you mean to allow it.",
+}
 
 
 def enforcer(manifest: Path, what: str) -> Callable[[Lock], None]:

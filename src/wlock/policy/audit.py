@@ -1,8 +1,11 @@
 """`wlock audit`: the lock and the bytes synced from it, judged against the policy, offline.
 
-Every locked pickle that is on disk is scanned again (its bytes, not the lock's record: a
-file swapped in the cache after a sync is judged as it is), and a scan that differs from the
-lock's record is itself a finding. Licences and remote code are judged from the lock.
+Every locked file that is on disk is judged again from its bytes (wlock.scan: not the lock's
+record; a file swapped in the cache after a sync is judged as it is), and a judgement that
+differs from the lock's record is itself a finding. A file not on disk is judged from the
+lock's record only, and the report counts those apart (`from_lock`): a record is what `lock`
+saw through ranges, not proof of the bytes a download would give. Licences and remote code
+are judged from the lock.
 """
 
 from __future__ import annotations
@@ -12,17 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wlock.cache.layout import RepoPaths
-from wlock.lock.pickles import is_pickle_name, scan
 from wlock.models import Lock, PickleScan
 from wlock.policy import Policy, Violation, judge_repo
+from wlock.scan import is_judged, judge_file
 
 
 @dataclass
 class AuditReport:
     violations: list[Violation] = field(default_factory=list)
-    scanned: int = 0  # pickles scanned on disk
-    from_lock: int = 0  # pickles not on disk, judged from the lock's record
-    unjudged: list[str] = field(default_factory=list)  # neither on disk nor recorded
+    scanned: int = 0  # files judged from their bytes on disk
+    from_lock: int = 0  # files not on disk, judged from the lock's records only
 
     @property
     def ok(self) -> bool:
@@ -36,23 +38,25 @@ def audit(lock: Lock, policy: Policy, cache_dir: Path) -> AuditReport:
         paths = RepoPaths.of(cache_dir, repo)
         scans: list[PickleScan] = []
         for f in repo.files:
-            if not is_pickle_name(f.path):
+            if not f.size or not is_judged(repo.kind, f.path):
                 continue
             on_disk = paths.link(repo.revision, f.path)
             try:
                 with open(os.path.realpath(on_disk), "rb") as handle:
-                    found = scan(handle, f.path)
+                    found = judge_file(handle, f.path, policy.limits)
             except (FileNotFoundError, NotADirectoryError):
+                # What `lock` saw through ranges (a record, or none: no pickle), not the
+                # bytes a download would bring: counted apart, and said so.
                 if f.path in recorded:
                     scans.append(recorded[f.path])
-                    report.from_lock += 1
-                else:
-                    report.unjudged.append(f"{repo.id}: {f.path}")
+                report.from_lock += 1
                 continue
             report.scanned += 1
+            if not found.pickle and f.path not in recorded:
+                continue
             scans.append(found)
-            old = recorded.get(f.path)
-            if old is not None and (old.imports, old.pickle) != (found.imports, found.pickle):
+            old = recorded.get(f.path) or PickleScan(f.path, (), False)
+            if (old.imports, old.pickle) != (found.imports, found.pickle):
                 added = sorted(set(found.imports) - set(old.imports))
                 report.violations.append(Violation(
                     "changed", repo.id, f.path, ", ".join(added),

@@ -1,0 +1,59 @@
+"""The policy's gate in `sync`: the bytes that land are the bytes judged.
+
+`lock` judges each file from HTTP ranges, a preview: a server can show those reads a decoy
+and serve a download other bytes (with the hash the Hub lists), and a lock's records can be
+edited in a pull request. So sync judges every file again from its verified bytes, in the
+temp file, before it becomes visible, and refuses it (exit 7, nothing published) when the
+policy refuses what the bytes import, or when they differ from the lock's record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from wlock.errors import PolicyError
+from wlock.models import LockedFile, LockedRepo, PickleScan
+from wlock.policy import Policy, judge_pickle
+from wlock.scan import is_judged, judge_file
+
+
+def admission(policy: Policy) -> Callable[[LockedRepo, LockedFile, str], None] | None:
+    """The check `execute_plan(admit=...)` calls for each verified blob; None when the
+    policy allows any pickle (nothing to judge)."""
+    if policy.pickle == "allow":
+        return None
+
+    def admit(repo: LockedRepo, f: LockedFile, temp: str) -> None:
+        if not f.size or not is_judged(repo.kind, f.path):
+            return
+        with open(temp, "rb") as handle:
+            found = judge_file(handle, f.path, policy.limits, f.size)
+        recorded = next((p for p in repo.pickles if p.path == f.path), None)
+        problems = [v.message for v in judge_pickle(repo.id, found, policy)]
+        # A lock written by a judging wlock records every pickle of the repo; bytes that
+        # differ from that record are not the bytes `lock` judged.
+        if repo.pickles or recorded is not None:
+            old = recorded or PickleScan(f.path, (), False)
+            if (old.imports, old.pickle) != (found.imports, found.pickle):
+                problems.append(_differs(repo, found, old))
+        if problems:
+            raise PolicyError(
+                "; ".join(problems) + " (refused before it was published: nothing of it is "
+                "in the cache)",
+                hint=f"The policy in {policy.path} refuses these bytes. If the lock's record "
+                "differs, the lock was edited or the server showed `wlock lock` other bytes "
+                "than it serves: check weights.lock's history, and lock again "
+                "(`wlock lock --check --rescan` judges the Hub's bytes now).",
+                subject=f"{repo.id}/{f.path}")
+
+    return admit
+
+
+def _differs(repo: LockedRepo, found: PickleScan, old: PickleScan) -> str:
+    def shown(scan: PickleScan) -> str:
+        if not scan.pickle:
+            return "no pickle"
+        return "imports " + (", ".join(scan.imports) or "nothing")
+
+    return (f"{repo.id}: {found.path}'s downloaded bytes hold {shown(found)}, where "
+            f"weights.lock records {shown(old)}")

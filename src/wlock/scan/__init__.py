@@ -1,0 +1,94 @@
+"""What a locked file would make an unpickler call: judged by its bytes, failing closed.
+
+`judge_file` reads a file as the loader that opens it would (torch.load's zip, legacy and
+tar formats, numpy's .npy/.npz, joblib's compressed and inline arrays, pickle.load) and walks
+every pickle in it to its STOP, as CPython's unpickler reads it (`scan.unpickle`). The
+result names every import; a file that could not be read to its end is `unreadable`, with
+the reason, and the policy refuses it: what was not read is never called clean.
+
+Which files: every file of a model repo, whatever its name (a pickle renamed `.dat` or
+named as a shard in an index is read by torch.load all the same); in a dataset repo, every
+file but those of the formats `datasets` reads with readers that never unpickle (Parquet,
+Arrow, JSON, CSV, text, images, audio), since a dataset may hold tens of thousands of them.
+
+`sync` judges every such file from its verified bytes before it becomes visible, and
+`audit` what is on disk: they are the authority. `lock` judges from HTTP ranges, a preview
+that refuses early (the zip's directory and its pickles, never the tensors), and leaves out
+the files whose readers never unpickle (safetensors, JSON, text, GGUF, ONNX, images:
+`judged_at_lock`), unless an index of pickle weights names them as its shards, where
+torch.load reads whatever the index names.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Sequence
+from typing import BinaryIO
+
+from wlock.models import LockedFile, PickleScan, RepoKind
+from wlock.scan.budget import ScanLimits
+from wlock.scan.formats import judge_stream
+
+# datasets' packaged builders for these read them with pyarrow, json, csv, PIL, soundfile
+# (datasets/packaged_modules/): none unpickles.
+DATASET_UNPICKLED_NEVER = (
+    ".parquet", ".arrow", ".json", ".jsonl", ".json.gz", ".jsonl.gz", ".csv", ".tsv",
+    ".txt", ".md", ".png", ".jpg", ".jpeg", ".webp", ".gif", ".bmp", ".tif", ".tiff",
+    ".wav", ".flac", ".mp3", ".ogg", ".opus", ".m4a", ".mp4", ".webm", ".avi",
+    ".gitattributes", ".xml", ".html", ".yaml", ".yml",
+)
+
+
+# Read by safetensors, json, tokenizers, gguf, onnx, PIL, jinja2, the import system: the
+# readers of these never unpickle (lock-time only; sync judges them all the same).
+READ_BY_OTHERS = (
+    ".safetensors", ".json", ".jsonl", ".md", ".txt", ".gguf", ".onnx", ".onnx_data",
+    ".msgpack", ".h5", ".tflite", ".ot", ".model", ".py", ".jinja", ".tiktoken", ".vocab",
+    ".spm", ".bpe", ".yaml", ".yml", ".gitattributes", ".png", ".jpg", ".jpeg", ".gif",
+    ".webp", ".svg", ".html", ".css", ".xml",
+)
+# transformers' WEIGHTS_INDEX_NAME and the other pickle indexes: torch.load reads every shard
+# its weight_map names, whatever the shard's name.
+_PICKLE_INDEXES = (".bin.index.json", ".pt.index.json", ".pth.index.json", ".ckpt.index.json")
+
+
+def is_judged(kind: RepoKind, path: str) -> bool:
+    """Whether sync and audit judge a locked file (see the module's docstring)."""
+    return kind == "model" or not path.lower().endswith(DATASET_UNPICKLED_NEVER)
+
+
+def judged_at_lock(kind: RepoKind, path: str, shards: frozenset[str] = frozenset()) -> bool:
+    """Whether `lock` judges a locked file from ranges: every file sync judges but those
+    READ_BY_OTHERS, unless a pickle index names it (`shards`)."""
+    if not is_judged(kind, path):
+        return False
+    return path in shards or not path.lower().endswith(READ_BY_OTHERS)
+
+
+def pickle_shards(files: Sequence[LockedFile], read: Callable[[str], bytes]) -> frozenset[str]:
+    """Every path a locked pickle index (`pytorch_model.bin.index.json`, ...) names as a
+    shard, read with `read(path)`; an index that is not one names none (the loader that
+    chose it says so)."""
+    out: set[str] = set()
+    for f in files:
+        if not f.path.lower().endswith(_PICKLE_INDEXES):
+            continue
+        folder = f.path.rpartition("/")[0]
+        try:
+            weight_map = json.loads(read(f.path)).get("weight_map", {})
+            out.update((f"{folder}/" if folder else "") + str(v) for v in weight_map.values())
+        except (ValueError, AttributeError, TypeError):
+            continue
+    return frozenset(out)
+
+
+def judge_file(stream: BinaryIO | io.RawIOBase, path: str, limits: ScanLimits | None = None,
+               size: int | None = None) -> PickleScan:
+    """The judgement of the file at `path` (for the record) read from `stream` (seekable,
+    from its start). Raises only what the stream raises (a range read's HubError)."""
+    found = judge_stream(stream, limits, size)
+    return PickleScan(path, tuple(sorted(found.imports)), found.pickle, found.unreadable)
+
+
+__all__ = ["ScanLimits", "is_judged", "judge_file", "judged_at_lock", "pickle_shards"]

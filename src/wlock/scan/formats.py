@@ -1,0 +1,489 @@
+"""A file judged by its content, as the loader that opens it reads it.
+
+The first bytes decide, never the name (a `.dat`, a `.pth.tar` or a shard named `.weights`
+is read by torch.load all the same):
+
+- `PK\\x03\\x04`: a zip, as torch's reader (`caffe2/serialize/inline_container.cc`, miniz)
+  and numpy's `np.load` of an `.npz` read one: every member whose name ends in `.pkl` in any
+  case (torch finds `data.pkl` whatever the case, and a TorchScript archive has
+  `constants.pkl`) is walked as a pickle, and every member that starts as an `.npy` is
+  judged as one; CRCs are not checked, as torch does not check them; the tensors' own
+  members are raw bytes neither library unpickles.
+- `\\x93NUMPY`: an `.npy`; its header is read as numpy reads it (a literal dict); an array
+  whose dtype may hold objects is followed by a pickle, which `np.load(allow_pickle=True)`
+  loads.
+- a tar header: torch.load's legacy tar format (`torch/serialization.py`, legacy_load):
+  the members `storages`, `tensors` and `pickle`, each a run of pickles and raw records.
+- gzip, bz2, xz, lzma: joblib's compressed dumps, judged inflated (bounded).
+- anything else whose first byte is an opcode: a pickle; after it, torch's legacy format
+  (a magic number, then four more pickles) or any further pickle that starts with PROTO.
+
+A walk that ends before its STOP refuses the file as unknown, with the reason, unless the
+stream named no import before it broke and no container declared it a pickle (a text file
+read as protocol 0, raw tensor bytes: they break before the unpickler could call anything).
+"""
+
+from __future__ import annotations
+
+import ast
+import bz2
+import gzip
+import io
+import lzma
+import re
+import struct
+import tarfile
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from wlock.scan.budget import MIB, Budget, LimitReached, ScanLimits, Source, Unjudged
+from wlock.scan.unpickle import OPCODES, Call, Global, Walk, Walker
+
+TORCH_MAGIC = 0x1950A86A20F9469CFC6C  # torch/serialization.py MAGIC_NUMBER
+NPY_MAGIC = b"\x93NUMPY"
+# joblib/compressor.py's prefixes: what joblib.load inflates before it unpickles.
+_COMPRESSED = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz", b"]\x00\x00": "lzma",
+               # zlib's header: deflate with a 32 KiB window, each level's check bits.
+               **dict.fromkeys((b"x\x01", b"x\x5e", b"x\x9c", b"x\xda"), "zlib")}
+_UNREAD_COMPRESSED = {b"\x04\x22\x4d\x18": "lz4", b"ZF": "joblib's old zlib format"}
+# torch._utils._element_size of each storage type legacy_load meets.
+_ELEMENT_SIZE = {
+    "torch.DoubleStorage": 8, "torch.FloatStorage": 4, "torch.HalfStorage": 2,
+    "torch.BFloat16Storage": 2, "torch.LongStorage": 8, "torch.IntStorage": 4,
+    "torch.ShortStorage": 2, "torch.CharStorage": 1, "torch.ByteStorage": 1,
+    "torch.BoolStorage": 1, "torch.ComplexFloatStorage": 8, "torch.ComplexDoubleStorage": 16,
+}
+# numpy dtype strings that hold no objects (numpy.lib.format's descr, one field).
+_PLAIN_DTYPE = re.compile(r"[<>|=]?(?:[?biufcSUVa]\d*|[mM]8(?:\[\w+\])?)\Z")
+
+
+@dataclass
+class Judgement:
+    """What a file holds for an unpickler: the imports of every pickle a loader reads in it,
+    whether it holds one at all, and why it could not be read to its end, if it could not."""
+
+    imports: list[str] = field(default_factory=list)
+    pickle: bool = False
+    unreadable: str | None = None
+
+    def add(self, walk: Walk, where: str, *, declared: bool) -> bool:
+        """Take one walk's findings; False when the walk ended the file's judgement."""
+        for name in walk.imports:
+            if name not in self.imports:
+                self.imports.append(name)
+        if walk.stopped:
+            self.pickle = True
+            return True
+        # A stream that broke before it named any import cannot have made the unpickler call
+        # anything (the walk reads at least as far as CPython's: tests/unit/test_pickles.py
+        # checks it against the unpickler itself): no pickle, unless its container says it
+        # is one (a zip's .pkl member, an .npy of objects, a legacy torch file's next pickle).
+        if walk.imported or walk.limit or declared:
+            self.pickle = True
+            self.unreadable = f"{where}: {walk.error}"
+        return False
+
+
+def judge_stream(stream: BinaryIO | io.RawIOBase, limits: ScanLimits | None = None,
+                 size: int | None = None) -> Judgement:
+    """The judgement of one file (a seekable binary stream, read from its start). Never
+    raises for what the bytes hold; a stream's own OSError (a failed range read) passes."""
+    budget = Budget(limits or ScanLimits())
+    out = Judgement()
+    try:
+        _judge(stream, budget, out, size)
+    except LimitReached as e:
+        out.pickle = True
+        out.unreadable = str(e)
+    return out
+
+
+def _judge(stream: BinaryIO | io.RawIOBase, budget: Budget, out: Judgement,
+           size: int | None) -> None:
+    stream.seek(0)
+    head = stream.read(8) or b""
+    stream.seek(0)
+    if head.startswith(b"PK\x03\x04"):
+        _zip(stream, budget, out)
+    elif head.startswith(NPY_MAGIC):
+        _npy(Source(stream, budget, size), out, "the array")
+    elif (kind := next((k for m, k in _COMPRESSED.items() if head.startswith(m)), None)):
+        _compressed(stream, kind, budget, out)
+    elif (kind := next((k for m, k in _UNREAD_COMPRESSED.items() if head.startswith(m)),
+                       None)):
+        out.pickle = True
+        out.unreadable = f"compressed with {kind}, which this judgement does not inflate"
+    elif _is_tar(stream):
+        _tar(stream, budget, out)
+    elif head[:1] and head[:1] in OPCODES:
+        stream.seek(0)
+        _pickles(Source(stream, budget, size), out)
+
+
+def _pickles(src: Source, out: Judgement) -> None:
+    """A file pickle.load, joblib.load or torch.load reads from its start."""
+    first = Walker(src, joblib=True).run()
+    if not out.add(first, "the pickle", declared=False):
+        return
+    if first.value == TORCH_MAGIC:
+        # torch's legacy format: the protocol version, sys_info, the object, the storages'
+        # keys; then raw storage bytes, which torch copies and never unpickles.
+        for what in ("its protocol version", "its sys_info", "its object",
+                     "its storages' keys"):
+            if not out.add(Walker(src).run(), f"the legacy torch file's {what}",
+                           declared=True):
+                return
+        return
+    # Any further pickle a reader calling load() again would meet: one that starts as a
+    # pickle of protocol 2 or later does. What follows a STOP otherwise is no loader's.
+    while True:
+        here = src.tell()
+        nxt = src.peek(2)
+        if len(nxt) < 2 or nxt[0] != 0x80 or not 2 <= nxt[1] <= 5:
+            return
+        if not out.add(Walker(src, joblib=True).run(), f"the pickle at byte {here}",
+                       declared=False):
+            return
+
+
+# -- zip: torch.save's format, numpy's .npz
+
+def _zip(stream: BinaryIO | io.RawIOBase, budget: Budget, out: Judgement) -> None:
+    try:
+        archive = zipfile.ZipFile(stream)
+        infos = archive.infolist()
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, struct.error,
+            NotImplementedError) as e:
+        # torch's reader decides by the first four bytes and loads what its own reader
+        # finds: a directory Python cannot read may still hold a data.pkl torch reads.
+        out.pickle = True
+        out.unreadable = f"a zip whose directory cannot be read ({e})"
+        return
+    # torch's own archive (it has a pickle) keeps each tensor's bytes under `data/`, read
+    # by torch as raw storage, never unpickled: those members are not opened.
+    torch_archive = any(i.filename.lower().endswith(".pkl") for i in infos)
+    for info in infos:
+        budget.check_time()
+        lowered = info.filename.lower()
+        is_pkl = lowered.endswith(".pkl")
+        if not is_pkl and torch_archive and "/data/" in f"/{lowered}":
+            continue
+        try:
+            member = _member(stream, info, budget)
+            if is_pkl:
+                src = Source(member, budget)
+                if not out.add(Walker(src).run(), info.filename, declared=True):
+                    return
+                continue
+            if member.read(len(NPY_MAGIC)) == NPY_MAGIC:
+                member = _member(stream, info, budget)  # from its start again
+                if not _npy(Source(member, budget), out, info.filename):
+                    return
+        except Unjudged as e:
+            if is_pkl or isinstance(e, LimitReached):
+                out.pickle = True
+                out.unreadable = f"{info.filename}: {e}"
+                return
+
+
+class _Window(io.RawIOBase):
+    """Bytes [start, start + length) of a seekable stream."""
+
+    def __init__(self, stream: BinaryIO | io.RawIOBase, start: int, length: int) -> None:
+        super().__init__()
+        self._stream, self._start, self._length, self._pos = stream, start, length, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._length}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        left = self._length - self._pos
+        n = left if n < 0 else min(n, left)
+        if n <= 0:
+            return b""
+        self._stream.seek(self._start + self._pos)
+        data = self._stream.read(n) or b""
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+
+class _Inflated(io.RawIOBase):
+    """A deflated member inflated as it is read, every byte charged to the budget."""
+
+    def __init__(self, raw: _Window, budget: Budget) -> None:
+        super().__init__()
+        self._raw, self._budget = raw, budget
+        self._z = zlib.decompressobj(-15)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        chunk = 64 * 1024
+        while not self._z.eof:
+            if self._z.unconsumed_tail:
+                data = self._z.decompress(self._z.unconsumed_tail, min(len(buffer), chunk))
+            else:
+                raw = self._raw.read(chunk)
+                if not raw:
+                    return 0
+                data = self._z.decompress(raw, min(len(buffer), chunk))
+            if data:
+                self._budget.inflate(len(data))
+                buffer[:len(data)] = data
+                return len(data)
+        return 0
+
+
+def _member(stream: BinaryIO | io.RawIOBase, info: zipfile.ZipInfo,
+            budget: Budget) -> io.BufferedReader:
+    """A member's bytes from its local header, as miniz finds them, its CRC not checked."""
+    stream.seek(info.header_offset)
+    local = stream.read(30) or b""
+    if len(local) < 30 or local[:4] != b"PK\x03\x04":
+        raise Unjudged("its local header is not where the zip's directory says")
+    name_length, extra_length = struct.unpack("<HH", local[26:30])
+    start = info.header_offset + 30 + name_length + extra_length
+    window = _Window(stream, start, info.compress_size)
+    if info.compress_type == zipfile.ZIP_STORED:
+        return io.BufferedReader(window)
+    if info.compress_type == zipfile.ZIP_DEFLATED:
+        return io.BufferedReader(_Inflated(window, budget))
+    raise Unjudged(f"compressed with zip method {info.compress_type}, which torch's reader "
+                   "does not read either")
+
+
+# -- numpy's .npy
+
+def _npy(src: Source, out: Judgement, where: str) -> bool:
+    """numpy.lib.format.read_array: the header, then raw data, or a pickle for objects."""
+    try:
+        major = src.read(8)[6]
+        if major == 1:
+            length = struct.unpack("<H", src.read(2))[0]
+        elif major in (2, 3):
+            length = struct.unpack("<I", src.read(4))[0]
+        else:
+            return True  # numpy refuses the version before it reads anything more
+        if length > 1 * MIB:
+            raise Unjudged(f"an .npy header of {length} bytes")
+        text = src.read(length).decode("utf-8" if major == 3 else "latin-1")
+        header = ast.literal_eval(text)
+    except (Unjudged, ValueError, SyntaxError, UnicodeDecodeError, MemoryError,
+            RecursionError) as e:
+        if isinstance(e, LimitReached):
+            raise
+        return True  # np.load raises on the header: nothing is unpickled
+    descr = header.get("descr") if isinstance(header, dict) else None
+    if descr is not None and not _may_hold_objects(descr):
+        return True
+    # np.load(allow_pickle=True): pickle.load of what follows the header.
+    return out.add(Walker(src).run(), f"{where}: its array of objects", declared=True)
+
+
+def _may_hold_objects(descr: Any) -> bool:
+    if isinstance(descr, str):
+        return not _PLAIN_DTYPE.match(descr)
+    if isinstance(descr, list) and descr:
+        for item in descr:
+            if not (isinstance(item, tuple) and len(item) in (2, 3)):
+                return True
+            if _may_hold_objects(item[1]):
+                return True
+        return False
+    return True
+
+
+# -- joblib's compressed dumps
+
+class _Counted(io.RawIOBase):
+    def __init__(self, inner: Any, budget: Budget) -> None:
+        super().__init__()
+        self._inner, self._budget, self._pos = inner, budget, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        data: bytes = self._inner.read(n)
+        self._budget.inflate(len(data))
+        self._pos += len(data)
+        return data
+
+
+def _compressed(stream: BinaryIO | io.RawIOBase, kind: str, budget: Budget,
+                out: Judgement) -> None:
+    opener: Any = {"gzip": gzip.GzipFile, "bz2": bz2.BZ2File, "xz": lzma.LZMAFile,
+                   "lzma": lzma.LZMAFile, "zlib": _Zlib}[kind]
+    try:
+        inner = _Counted(opener(fileobj=stream) if kind == "gzip" else opener(stream),
+                         budget)
+        first = inner.read(1)
+        if not first or first not in OPCODES:
+            return  # joblib.load would fail at its first byte: nothing called
+        rest = _Prefixed(first, inner)
+        _pickles(Source(rest, budget), out)
+    except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError) as e:
+        if out.unreadable is None and out.imports:
+            out.pickle = True
+            out.unreadable = f"the {kind} stream breaks ({e})"
+
+
+class _Zlib(io.RawIOBase):
+    """A zlib stream read forward (joblib's BinaryZlibFile writes one)."""
+
+    def __init__(self, stream: BinaryIO | io.RawIOBase) -> None:
+        super().__init__()
+        self._stream, self._z, self._buffer = stream, zlib.decompressobj(), bytearray()
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        while (n < 0 or len(self._buffer) < n) and not self._z.eof:
+            data = self._z.unconsumed_tail or self._stream.read(64 * 1024)
+            if not data:
+                break
+            self._buffer += self._z.decompress(data, 64 * 1024)
+        n = len(self._buffer) if n < 0 else n
+        out = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        return out
+
+
+class _Prefixed(io.RawIOBase):
+    def __init__(self, first: bytes, inner: _Counted) -> None:
+        super().__init__()
+        self._first, self._inner = first, inner
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._inner.tell() - len(self._first)
+
+    def read(self, n: int = -1) -> bytes:
+        if self._first:
+            head, self._first = self._first, b""
+            return head + (self._inner.read(n - 1) if n != 1 else b"")
+        return self._inner.read(n)
+
+
+# -- torch's legacy tar format
+
+def _is_tar(stream: BinaryIO | io.RawIOBase) -> bool:
+    # torch tries tarfile.open on every file that is not a zip, and takes it as the legacy
+    # format whenever tarfile can read a first header (whatever the file's name).
+    try:
+        stream.seek(0)
+        with tarfile.open(fileobj=stream, mode="r:"):
+            return True
+    except (tarfile.TarError, OSError, EOFError, ValueError):
+        return False
+    finally:
+        stream.seek(0)
+
+
+def _tar(stream: BinaryIO | io.RawIOBase, budget: Budget, out: Judgement) -> None:
+    try:
+        with tarfile.open(fileobj=stream, mode="r:") as tar:
+            last: dict[str, tarfile.TarInfo] = {}
+            for member in tar:
+                budget.opcode()
+                if member.name in ("storages", "tensors", "pickle"):
+                    last[member.name] = member  # tar.extract takes the last of a name
+            if "storages" not in last:
+                return  # legacy_load's first step fails: nothing unpickled
+            out.pickle = True
+            for name, read in (("storages", _tar_storages), ("tensors", _tar_tensors),
+                               ("pickle", None)):
+                if name not in last:
+                    return  # torch stops here: KeyError
+                handle = tar.extractfile(last[name])
+                if handle is None:
+                    out.unreadable = f"the tar's {name} is not a file"
+                    return
+                src = Source(handle, budget, last[name].size)
+                try:
+                    if read is None:
+                        out.add(Walker(src).run(), "the tar's pickle", declared=True)
+                    elif not read(src, out):
+                        return
+                except Unjudged as e:
+                    out.unreadable = f"the tar's {name}: {e}"
+                    return
+    except (tarfile.TarError, OSError, EOFError, ValueError) as e:
+        out.pickle = True
+        out.unreadable = f"a tar whose members cannot all be read ({e})"
+
+
+def _count(src: Source, out: Judgement, where: str) -> int | None:
+    walk = Walker(src).run()
+    if not out.add(walk, where, declared=True):
+        return None
+    if not isinstance(walk.value, int) or walk.value < 0:
+        out.unreadable = f"{where} is no count this judgement could read"
+        return None
+    return walk.value
+
+
+def _tar_storages(src: Source, out: Judgement) -> bool:
+    n = _count(src, out, "the tar's storages")
+    if n is None:
+        return False
+    for i in range(n):
+        where = f"the tar's storage {i}"
+        walk = Walker(src).run()
+        if not out.add(walk, where, declared=True):
+            return False
+        value = walk.value
+        kind = value[2] if isinstance(value, tuple) and len(value) == 3 else None
+        size = _ELEMENT_SIZE.get(kind.name) if isinstance(kind, Global) else None
+        if size is None:
+            out.unreadable = f"{where} names a storage type of unknown size"
+            return False
+        (numel,) = struct.unpack("<q", src.read(8))
+        if numel < 0:
+            out.unreadable = f"{where} has a negative size"
+            return False
+        src.skip(numel * size)
+    return out.add(Walker(src).run(), "the tar's storage views", declared=True)
+
+
+def _tar_tensors(src: Source, out: Judgement) -> bool:
+    n = _count(src, out, "the tar's tensors")
+    if n is None:
+        return False
+    for i in range(n):
+        if not out.add(Walker(src).run(), f"the tar's tensor {i}", declared=True):
+            return False
+        (ndim,) = struct.unpack("<i", src.read(4))
+        if ndim < 0:
+            out.unreadable = f"the tar's tensor {i} has a negative rank"
+            return False
+        src.skip(4 + 16 * ndim + 8)
+    return True
+
+
+__all__ = ["Call", "Judgement", "judge_stream"]
