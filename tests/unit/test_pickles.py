@@ -202,7 +202,9 @@ def _huge_memo_index(data: bytes) -> bool:
     """Whether a LONG_BINPUT could name an index past a million: CPython's memo is an array,
     and such an index makes it allocate gigabytes (seen: 28 s for one mutated pickle)."""
     import pickletools
+    import warnings
 
+    warnings.simplefilter("ignore", DeprecationWarning)  # pickletools on mutated STRINGs
     last = 0
     try:
         for op, arg, pos in pickletools.genops(io.BytesIO(data)):

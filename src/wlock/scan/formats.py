@@ -392,9 +392,19 @@ class _Prefixed(io.RawIOBase):
 
 # -- torch's legacy tar format
 
+_TAR_CHECKSUM = frozenset(b"01234567 \0")
+
+
 def _is_tar(stream: BinaryIO | io.RawIOBase) -> bool:
     # torch tries tarfile.open on every file that is not a zip, and takes it as the legacy
-    # format whenever tarfile can read a first header (whatever the file's name).
+    # format whenever tarfile can read a first header (whatever the file's name). A header
+    # is 512 bytes whose checksum field (148..156) is octal: what tarfile checks first,
+    # checked here before tarfile is asked (most files fail it at once).
+    stream.seek(0)
+    head = stream.read(512) or b""
+    if len(head) < 512 or not set(head[148:156]) <= _TAR_CHECKSUM:
+        stream.seek(0)
+        return False
     try:
         stream.seek(0)
         with tarfile.open(fileobj=stream, mode="r:"):
