@@ -204,13 +204,14 @@ def _huge_memo_index(data: bytes) -> bool:
     import pickletools
     import warnings
 
-    warnings.simplefilter("ignore", DeprecationWarning)  # pickletools on mutated STRINGs
     last = 0
     try:
-        for op, arg, pos in pickletools.genops(io.BytesIO(data)):
-            last = pos
-            if op.name == "LONG_BINPUT" and isinstance(arg, int) and arg > 1_000_000:
-                return True
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # mutated STRING escapes
+            for op, arg, pos in pickletools.genops(io.BytesIO(data)):
+                last = pos
+                if op.name == "LONG_BINPUT" and isinstance(arg, int) and arg > 1_000_000:
+                    return True
     except Exception:  # noqa: BLE001 - past where pickletools stops, look at every byte
         return any(data[i] == 0x72 and int.from_bytes(data[i + 1:i + 5], "little")
                    > 1_000_000 for i in range(last, len(data) - 4))
