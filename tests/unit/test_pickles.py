@@ -104,6 +104,11 @@ def test_a_file_the_unpickler_would_reject_before_any_import_holds_no_pickle(
     ("truncated after an import", b"\x80\x02ccollections\nOrderedDict\n)R"),
     ("an unknown opcode after an import", b"\x80\x02ccollections\nOrderedDict\n)R\xff."),
     ("a zip's data.pkl that breaks", None),
+    # torch's legacy format: after its magic number, four pickles torch reads; one that
+    # breaks is unknown even before it names an import (the format says it is a pickle).
+    ("a legacy torch file's object that breaks", pickle.dumps(0x1950A86A20F9469CFC6C,
+                                                              protocol=2)
+     + pickle.dumps(1001, protocol=2) + pickle.dumps({}, protocol=2) + b"\x80\x02\xfe."),
     ("STACK_GLOBAL of operands not kept", b"\x80\x04X\x00\x20\x00\x00" + b"a" * 8192
      + b"\x8c\x01b\x93)R."),
 ])
