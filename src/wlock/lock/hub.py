@@ -179,8 +179,9 @@ class HubClient:
                         elif status == 200:
                             # Range ignored: the whole file, once, if the bound allows it.
                             if f.size > limits.max_inflated:
-                                raise refused(host, f"the whole file ({f.size} bytes, past "
-                                              "the judgement's bound max-inflated)")
+                                raise refused(host, f"the whole file ({f.size} bytes), past "
+                                              "the judgement's bound max-inflated (raise it "
+                                              "with [tool.wlock.policy.scan] max-inflated)")
                             problem = whole.keep(response.iter_bytes, f.size)
                             if problem:
                                 raise refused(host, problem)
