@@ -80,6 +80,43 @@ def test_a_small_file_that_stalls_ends_the_sync_with_exit_5(
     assert len(began) == 2, began
 
 
+def test_ctrl_c_ends_a_sync_whose_small_file_is_stalled_at_once(
+    hub: Hub, tmp_path: Path, sharded: Path
+) -> None:
+    """A small file's thread blocked in recv() on a silent server: Ctrl-C ends the sync
+    within seconds, not after the read timeout (it took 27 s of 30: issue 38), and leaves
+    nothing unverified behind."""
+    import signal
+
+    from tests.conftest import default_signals
+
+    hub.process.faults({"action": "stall", "listener": "hub", "match": "tokenizer.json",
+                        "bytes": 1000, "seconds": 120})
+    cache = tmp_path / "cache"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint, "--cache-dir",
+         str(cache), "--timeout", "60"], cwd=sharded, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=default_signals)
+    deadline = time.monotonic() + 60
+    while not any(e["method"] == "GET" and urlsplit(e["path"]).path.endswith("/tokenizer.json")
+                  and e["listener"] == "hub" and e["status"] not in (301, 302, 307)
+                  for e in hub.process.stats()["log"]):
+        assert time.monotonic() < deadline and proc.poll() is None, "the file was not asked"
+        time.sleep(0.05)
+    time.sleep(0.5)  # its thread now waits in recv() for bytes that will not come
+    stopped = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=90)
+    took = time.monotonic() - stopped
+    assert proc.returncode == 130, err
+    assert err.endswith("Aborted.\n") and "Traceback" not in err
+    # The promise is 2 s; the bound leaves room for a loaded machine, and is far below the
+    # 60 s read timeout a thread in recv() would wait out.
+    assert took < 10, took
+    assert not list(cache.rglob("*.wlock-incomplete"))
+    assert not list(cache.glob("*/.wlock-staging/*"))
+
+
 def test_a_file_that_stalls_once_is_fetched_again_and_the_sync_succeeds(
     hub: Hub, tmp_path: Path, sharded: Path
 ) -> None:

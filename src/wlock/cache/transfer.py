@@ -340,6 +340,7 @@ class Transfer:
         removes its temp file; the worker processes are killed."""
         self._aborted.set()
         self._workers.kill()
+        self._wire.abort()  # small files' threads blocked in recv() wake now
 
     def __enter__(self) -> Transfer:
         return self

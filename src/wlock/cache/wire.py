@@ -255,6 +255,7 @@ class Wire:
         self._local = threading.local()
         self._all: list[_Connection] = []
         self._lock = threading.Lock()
+        self._aborted = False
         # Read once, as httpx2 does for its clients: HTTP(S)_PROXY, ALL_PROXY, NO_PROXY.
         self._proxies = urllib.request.getproxies_environment()
 
@@ -327,6 +328,20 @@ class Wire:
         for connection in connections:
             connection.close()
 
+    def abort(self) -> None:
+        """Wake every thread blocked on a socket of this client now (Ctrl-C): each socket is
+        shut down, so a recv() waiting on a silent server returns at once (its thread sees
+        the answer cut and stops); no new connection is made. Seen before: a sync took the
+        whole read timeout (27 s of 30) to end after Ctrl-C, its threads in recv()."""
+        with self._lock:
+            self._aborted = True
+            connections = list(self._all)
+        for connection in connections:
+            sock = connection.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
     # -- the pool ---------------------------------------------------------------------------
 
     def _connection(self, origin: Origin) -> tuple[_Connection, bool]:
@@ -343,6 +358,8 @@ class Wire:
 
     def _connect(self, connection: _Connection) -> None:
         scheme, host, port = connection.origin
+        if self._aborted:
+            raise WireError("cut", "stopped (Ctrl-C)")
         try:
             sock = socket.create_connection((host, port), timeout=self._connect_timeout)
             try:
