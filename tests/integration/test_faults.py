@@ -117,6 +117,54 @@ def test_ctrl_c_ends_a_sync_whose_small_file_is_stalled_at_once(
     assert not list(cache.glob("*/.wlock-staging/*"))
 
 
+@pytest.mark.parametrize(("location", "says"), [
+    (None, "answered 302 with a redirect without a Location"),
+    ("http://127.0.0.1:99999/x", "answered 302 with a redirect to a host or port that is "
+     "none ('http://127.0.0.1:99999/x')"),
+    ("http://[::1/x", "answered 302 with a redirect to a host or port that is none "
+     "('http://[::1/x')"),
+    ("ftp://127.0.0.1/x", "answered 302 with a redirect to a ftp URL ('ftp://127.0.0.1/x')"),
+])
+def test_a_redirect_no_client_can_follow_ends_with_exit_5_naming_the_hop(
+        hub: Hub, tmp_path: Path, sharded: Path, location: str | None, says: str) -> None:
+    """A traceback and exit 1 ("bytes wrong") before, with the files in flight dropped
+    (issue 38): now the hop is named, the exit is 5, and the other files complete."""
+    rule = {"action": "status", "listener": "hub", "status": 302, "match": "/config.json$"}
+    if location is not None:
+        rule["location"] = location
+    hub.process.faults(rule)
+    result, _ = sync(hub, sharded, tmp_path / "cache")
+    assert result.code == 5, result.stderr
+    assert "Traceback" not in result.stderr
+    repo = read_lock(sharded / "weights.lock").repos[0]
+    host = urlsplit(hub.endpoint).hostname
+    assert f"{repo.id}/config.json: {host} {says}" in result.stderr, result.stderr
+    # The other files were fetched and verified (their blobs are in).
+    blobs = next((tmp_path / "cache").glob("models--*/blobs"))
+    assert {f.etag for f in repo.files if f.path != "config.json"} <= {
+        p.name for p in blobs.iterdir()}
+
+
+def test_long_redirect_and_error_bodies_are_not_read_to_their_end(
+        hub: Hub, tmp_path: Path, sharded: Path) -> None:
+    """A 302 with a 256 MiB body took 543 MB and a 500 with an endless body never ended
+    (issue 38): a side answer's body is read up to 64 KiB, then its connection is closed."""
+    hub.process.faults(
+        {"action": "status", "listener": "hub", "status": 302, "times": 1,
+         "match": "/config.json$", "location": "?moved=1",
+         "body_bytes": 256 * 1024 * 1024},
+        {"action": "status", "listener": "hub", "status": 500, "times": 2,
+         "match": "/README.md$", "body_bytes": 10**15})
+    result, _ = sync(hub, sharded, tmp_path / "cache")
+    assert result.code == 0, result.stderr
+    sent = [e["bytes"] for e in hub.process.stats()["log"]
+            if e["status"] in (302, 500) and e["listener"] == "hub"
+            and urlsplit(e["path"]).path.endswith(("/config.json", "/README.md"))]
+    assert len(sent) == 3, sent
+    assert all(n < 16 * 1024 * 1024 for n in sent), sent  # socket buffers, not the body
+    assert run_wlock("check", "--cache-dir", str(tmp_path / "cache"), cwd=sharded).code == 0
+
+
 def test_a_file_that_stalls_once_is_fetched_again_and_the_sync_succeeds(
     hub: Hub, tmp_path: Path, sharded: Path
 ) -> None:

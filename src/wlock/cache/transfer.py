@@ -499,12 +499,21 @@ class Transfer:
         return f"{self.endpoint}/{prefix}{job.repo_id}/resolve/{job.revision}/{quote(job.path)}"
 
     def _next_hop(self, url: str, response: Answer, job: FetchJob) -> str | None:
-        """Where a redirect leads, or None when `response` is the answer. Raises on errors."""
+        """Where a redirect leads, or None when `response` is the answer. Raises on errors,
+        and for a redirect a client cannot follow (HubError, exit 5, naming the hop)."""
         if response.status_code in (301, 302, 303, 307, 308):
-            response.read()  # a short body: read, the connection is reused
-            return urljoin(url, str(response.headers["Location"]))
+            _drain(response)  # a short body: read, the connection is reused
+            location = response.headers.get("Location")
+            target, problem = _hop(url, location)
+            if problem:
+                raise HubError(
+                    f"{job.label}: {origin_of(url)[1]} answered {response.status_code} "
+                    f"with {problem}", repo=job.repo_id, subject=job.label,
+                    hint="A redirect wlock cannot follow: the server (or a proxy before it) "
+                    "is misconfigured. Retry later, or sync through another endpoint.")
+            return target
         if response.status_code >= 400:
-            response.read()
+            _drain(response)
             raise _classify(response, job, self.endpoint)
         return None
 
@@ -845,6 +854,43 @@ class _Retryable(Exception):
     ) -> None:
         super().__init__(str(final))
         self.final, self.delay, self.reason = final, delay, reason
+
+
+# What is read of a redirect's or an error's body, at most: they say nothing wlock uses, and
+# a hostile one can be endless (a 302 with a 256 MiB body took 543 MB; a 500 with an
+# endless body never ended: issue 38). Past it the connection is closed, not reused.
+MAX_SIDE_BODY = 64 * 1024
+
+
+def _drain(response: Answer) -> None:
+    """Read what is left of a body up to MAX_SIDE_BODY; a longer one is left unread, so the
+    connection it came on is closed instead of reused."""
+    if getattr(response, "is_stream_consumed", False):
+        return  # an httpx2 answer read whole already (a HEAD: no body)
+    read = 0
+    for chunk in response.iter_raw(16 * 1024):
+        read += len(chunk)
+        if read >= MAX_SIDE_BODY:
+            return
+
+
+def _hop(url: str, location: str | None) -> tuple[str, str | None]:
+    """Where a redirect from `url` to `location` leads, and what makes it a hop no client
+    can follow (None when it is one)."""
+    if not location:
+        return "", "a redirect without a Location"
+    shown = repr(location[:200])
+    try:
+        target = urljoin(url, location)
+        parts = urlsplit(target)
+        if parts.scheme not in ("http", "https"):
+            return target, f"a redirect to a {parts.scheme or 'schemeless'} URL ({shown})"
+        parts.port  # noqa: B018 - urllib raises for a port out of range or not a number
+    except ValueError:
+        return "", f"a redirect to a host or port that is none ({shown})"
+    if not parts.hostname:
+        return target, f"a redirect to no host ({shown})"
+    return target, None
 
 
 def _classify(response: Answer, job: FetchJob, endpoint: str) -> Exception:

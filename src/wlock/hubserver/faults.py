@@ -6,8 +6,9 @@
      "rules": [{"match": "/resolve/", "method": "GET", "listener": "hub", "times": 2,
                 "action": "status", "status": 429, "retry_after": 1}]}
 
-Actions: `status` (with `status`, optional `error_code`, `retry_after`, and `location`: a
-redirect's Location header, sent as given, so "?moved=1" points at the same path), `truncate` (send
+Actions: `status` (with `status`, optional `error_code`, `retry_after`, `location`: a
+redirect's Location header, sent as given, so "?moved=1" points at the same path, and
+`body_bytes`: a body of that many bytes, 10**15 for an endless one), `truncate` (send
 `bytes` of the body, then drop the connection), `stall` (send `bytes`, then hold the
 connection silent for `seconds`, default 600), `corrupt` (flip one byte of the body),
 `drop` (close the connection without answering), `delay` (`delay_ms`), `range` (a request

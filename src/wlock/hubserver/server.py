@@ -309,6 +309,10 @@ class _Handler(BaseHTTPRequestHandler):
                     headers["Retry-After"] = str(rule.params["retry_after"])
                 if "location" in rule.params:  # a redirect (a mirror's 301), sent verbatim
                     headers["Location"] = str(rule.params["location"])
+                if "body_bytes" in rule.params:  # a long (or, 10**15, endless) body
+                    self._send_long(int(rule.params.get("status", 500)), headers,
+                                    int(rule.params["body_bytes"]))
+                    return
                 raise _HttpError(
                     int(rule.params.get("status", 500)), rule.params.get("error_code"),
                     str(rule.params.get("message", "Injected fault")), headers,
@@ -324,6 +328,28 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             if self._logged is not None:
                 app.stats.done(self._logged)
+
+    def _send_long(self, status: int, headers: dict[str, str], size: int) -> None:
+        """An answer with a body of `size` zero bytes, sent until done or the client goes
+        (a hostile redirect or error whose body a client must not read to its end)."""
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(size))
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        piece, sent = bytes(64 * 1024), 0
+        try:
+            while sent < size:
+                n = min(len(piece), size - sent)
+                self.wfile.write(piece[:n])
+                sent += n
+        except OSError:
+            pass
+        finally:
+            self.close_connection = True
+            if self._logged is not None:
+                self._logged["bytes"] = sent
 
     def _send(
         self, status: int, body: bytes, headers: dict[str, str], content_type: str
