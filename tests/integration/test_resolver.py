@@ -77,6 +77,18 @@ def test_add_writes_the_loader_and_locks_only_what_transformers_reads(
     why = run_wlock("tree", "--why", "tf_model.h5", cwd=project)
     assert why.stdout.startswith(f"{repo_id}: tf_model.h5 is not locked: TensorFlow weights; "
                                  "it locks model.safetensors")
+    assert "To lock it, add it to `include`" in why.stdout
+    # ... and that advice works: `include` adds the file back to what the loader took
+    # (it only filtered that choice before, so following the advice failed: issue 37).
+    text = (project / "weights.toml").read_text()
+    (project / "weights.toml").write_text(text.rstrip("\n") + '\ninclude = ["tf_model.h5"]\n')
+    relocked = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert relocked.code == 0, relocked.stderr
+    paths = sorted(f.path for f in read_lock(project / "weights.lock").repos[0].files)
+    assert paths == sorted([*BERT_LOCKED, "tf_model.h5"])
+    assert run_wlock("lock", "--check", cwd=project).code == 0
+    why = run_wlock("tree", "--why", "tf_model.h5", cwd=project)
+    assert why.stdout.startswith(f"{repo_id}: tf_model.h5 is locked"), why.stdout
 
 
 def test_the_loader_comes_from_the_files_when_the_hub_names_no_library(

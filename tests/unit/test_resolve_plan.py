@@ -30,6 +30,31 @@ def test_select_files_follows_snapshot_download_globs() -> None:
     assert unmatched == ("*.bin",)
 
 
+def test_include_adds_back_what_a_loader_left_out_and_exclude_removes() -> None:
+    """With a loader's choice (`listed`: the whole repo), `include` adds a left-out file back,
+    as `wlock tree --why` advises; `exclude` still removes (issue 37)."""
+    chosen = FILES[:2]  # what transformers took: not the ONNX export
+    kept, unmatched = select_files(chosen, ("onnx/",), (), listed=FILES)
+    assert [f.path for f in kept] == ["config.json", "model.safetensors", "onnx/model.onnx"]
+    assert unmatched == ()
+    kept, _ = select_files(chosen, ("onnx/model.onnx",), ("*.json",), listed=FILES)
+    assert [f.path for f in kept] == ["model.safetensors", "onnx/model.onnx"]
+    _, unmatched = select_files(chosen, ("*.gguf",), (), listed=FILES)
+    assert unmatched == ("*.gguf",)
+
+
+def test_a_loaders_entry_with_include_locks_the_file_and_stays_fresh(tmp_path: Path) -> None:
+    m = manifest(tmp_path, '[[model]]\nid = "acme/a"\nloader = "transformers"\n'
+                 'include = ["onnx/"]\n')
+    hub = FakeHub()
+    first = plan_lock(m, None, hub, read_file=lambda *a: b"{}").lock
+    assert [f.path for f in first.repos[0].files] == [
+        "config.json", "model.safetensors", "onnx/model.onnx"]
+    hub.calls.clear()
+    again = plan_lock(m, first, hub, read_file=lambda *a: b"{}")
+    assert hub.calls == [] and again.lock == first  # not re-resolved at every lock
+
+
 class FakeHub:
     def __init__(self) -> None:
         self.heads = {"acme/a": C1, "acme/b": C1}

@@ -79,8 +79,9 @@ def stale_reason(manifest: Manifest, lock: Lock | None) -> str | None:
         elif repo.selection != entry.selection:
             changed.append(f"{entry.id}'s include/exclude differ from the lock's")
         elif (repo.include or repo.exclude) and (outside := next(
-                (f.path for f in repo.files
-                 if not path_selected(f.path, repo.include, repo.exclude)), None)):
+                (f.path for f in repo.files if not path_selected(
+                    f.path, () if include_adds_back(repo.loader) else repo.include,
+                    repo.exclude)), None)):
             changed.append(f"{entry.id}: locked file {outside!r} is outside its globs")
     parts = [f"{label} {', '.join(ids)}" for label, ids in
              (("added", added), ("removed", removed), ("changed:", changed)) if ids]
@@ -111,6 +112,13 @@ def path_selected(path: str, include: tuple[str, ...], exclude: tuple[str, ...])
     return (not include or any(fnmatch.fnmatch(path, glob_pattern(p)) for p in include)) and not (
         any(fnmatch.fnmatch(path, glob_pattern(p)) for p in exclude)
     )
+
+
+def include_adds_back(loader: str | None) -> bool:
+    """Whether an entry's `include` adds back files its loader left out (a library's loader)
+    rather than filtering the repo's files as snapshot_download's allow_patterns (no loader,
+    or `all`: every file); `exclude` filters either way."""
+    return loader not in (None, "all")
 
 
 def glob_pattern(pattern: str) -> str:

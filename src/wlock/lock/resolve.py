@@ -21,6 +21,7 @@ from wlock.lock.lockfile import (
     LOCK_NAME,
     conflict_sides,
     glob_pattern,
+    include_adds_back,
     is_commit,
     is_fresh,
     path_selected,
@@ -93,18 +94,32 @@ def selection_line(repo: LockedRepo, listed: tuple[LockedFile, ...]) -> str:
 
 
 def select_files(
-    files: tuple[LockedFile, ...], include: tuple[str, ...], exclude: tuple[str, ...]
+    files: tuple[LockedFile, ...], include: tuple[str, ...], exclude: tuple[str, ...],
+    listed: tuple[LockedFile, ...] | None = None,
 ) -> tuple[tuple[LockedFile, ...], tuple[str, ...]]:
-    """Apply globs as `snapshot_download(allow_patterns, ignore_patterns)` does.
+    """Apply globs as `snapshot_download(allow_patterns, ignore_patterns)` does; or, with
+    `listed` (every file of the repo, for an entry whose loader chose `files`), `include`
+    adds back files the loader left out and `exclude` removes: the escape hatch `wlock tree
+    --why` points at, which a filter could never honour (issue 37).
 
     Returns the kept files and the patterns that matched no file (a likely typo).
     """
-
+    if listed is None:
+        unmatched = tuple(
+            p for p in (*include, *exclude)
+            if not any(fnmatch.fnmatch(f.path, glob_pattern(p)) for f in files)
+        )
+        return tuple(f for f in files if path_selected(f.path, include, exclude)), unmatched
+    chosen = {f.path for f in files}
+    added = tuple(f for f in listed if f.path not in chosen and any(
+        fnmatch.fnmatch(f.path, glob_pattern(p)) for p in include))
+    pool = (*files, *added)
     unmatched = tuple(
         p for p in (*include, *exclude)
-        if not any(fnmatch.fnmatch(f.path, glob_pattern(p)) for f in files)
+        if not any(fnmatch.fnmatch(f.path, glob_pattern(p)) for f in pool)
     )
-    kept = tuple(f for f in files if path_selected(f.path, include, exclude))
+    kept = tuple(sorted((f for f in pool if path_selected(f.path, (), exclude)),
+                        key=lambda f: f.path))
     return kept, unmatched
 
 
@@ -145,7 +160,9 @@ def resolutions(
         elif old.requested != entry.ref:
             to_resolve.append(Resolution(entry, entry.ref, "ref changed"))
         elif old.selection != entry.selection or not all(
-            path_selected(f.path, old.include, old.exclude) for f in old.files
+            # A loader's entry: `include` adds back, only `exclude` filters what is locked.
+            path_selected(f.path, () if include_adds_back(old.loader) else old.include,
+                          old.exclude) for f in old.files
         ):
             to_resolve.append(Resolution(entry, old.revision, "files re-selected"))
         else:
@@ -233,14 +250,17 @@ def plan_lock(
         snap = picked.snapshot
         if snap.hub_id != entry.id:
             renamed.append((entry.id, snap.hub_id))
-        files, unmatched = select_files(picked.files, entry.include, entry.exclude)
+        files, unmatched = select_files(
+            picked.files, entry.include, entry.exclude,
+            snap.files if include_adds_back(entry.loader) else None)
         if unmatched:
             pattern = unmatched[0]
             key = "include" if pattern in entry.include else "exclude"
             raise InvalidFileError(
                 manifest.path,
                 f"{pattern!r} matches no file of {entry.id} at {snap.revision[:7]}"
-                + (f" that its loader ({entry.loader}) takes" if entry.loader else ""),
+                + (f" that its loader ({entry.loader}) takes" if entry.loader and (
+                    key == "exclude" or not include_adds_back(entry.loader)) else ""),
                 line=glob_line(Path(manifest.path), entry, key),
                 key=f"{entry.kind}.{key}",
                 hint=f"List the repo's files with `hf download {entry.id} --dry-run`, "
