@@ -297,3 +297,105 @@ def test_gguf_selection_is_one_quantization_read_back_offline(hub: Hub, tmp_path
                           "type": a.tensor_type.name}))
     """, cache, repo_id, revision, str(full))
     assert result == {"same": True, "type": "Q8_0"}
+
+
+# What the library opened under the snapshot while it loaded: the guard against the next
+# missing file (issue 37). Loaded from a sync of the whole repo, every path it opens must be
+# one the loader locked.
+OPENED = """
+    import json, os, sys
+    opened = set()
+    def _audit(event, args):
+        if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+            path = os.fsdecode(args[0])
+            if "/snapshots/" in path:
+                opened.add(path.split("/snapshots/", 1)[1].split("/", 1)[1])
+    sys.addaudithook(_audit)
+"""
+
+CHAT_TEMPLATES = OPENED + """
+    from transformers import AutoTokenizer
+    repo, revision, full = sys.argv[1:4]
+    chat = [{"role": "user", "content": "hello"}]
+    out = {}
+    for name, tok in (("locked", AutoTokenizer.from_pretrained(repo, revision=revision)),
+                      ("full", AutoTokenizer.from_pretrained(full))):
+        out[name] = [tok.apply_chat_template(chat, tokenize=False),
+                     tok.apply_chat_template(chat, chat_template="tool_use", tokenize=False)]
+    out["opened"] = sorted(opened)
+    print(json.dumps(out))
+"""
+
+
+def test_a_tokenizer_with_several_chat_templates_keeps_them_all(hub: Hub, tmp_path: Path
+                                                               ) -> None:
+    """save_pretrained keeps the second template in `additional_chat_templates/`: a rule that
+    took small files from the top folder only locked one, and offline
+    `apply_chat_template(chat_template="tool_use")` rendered the literal text "tool_use"."""
+    from transformers import AutoTokenizer
+
+    folder = tiny_bert(tmp_path / "full")
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.chat_template = {"default": "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+                         "tool_use": "TOOLS {% for m in messages %}{{ m['content'] }}"
+                                     "{% endfor %}"}
+    tok.save_pretrained(folder)
+    assert (folder / "additional_chat_templates" / "tool_use.jinja").exists()
+    repo_id, _ = publish(hub, "chat", folder, "transformers", dict(OTHER_FORMATS))
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id)
+    locked = {f.path for f in read_lock(project / "weights.lock").repos[0].files}
+    assert "additional_chat_templates/tool_use.jinja" in locked
+    result = offline(CHAT_TEMPLATES, cache, repo_id, revision, str(folder))
+    assert result["locked"] == result["full"] == ["hello", "TOOLS hello"]
+    opened = set(offline(CHAT_TEMPLATES, whole_sync(hub, tmp_path, repo_id), repo_id,
+                         revision, str(folder))["opened"])  # type: ignore[arg-type]
+    assert "additional_chat_templates/tool_use.jinja" in opened
+    assert opened <= locked, opened - locked
+
+
+BPE_CODES = OPENED + """
+    from transformers import AutoTokenizer
+    repo, revision, full = sys.argv[1:4]
+    ids = [AutoTokenizer.from_pretrained(where, **kw)("xin chào")["input_ids"]
+           for where, kw in ((repo, {"revision": revision}), (full, {}))]
+    print(json.dumps({"ids": ids, "opened": sorted(opened)}))
+"""
+
+
+def test_a_tokenizer_whose_merges_are_in_bpe_codes_loads_offline(hub: Hub, tmp_path: Path
+                                                                 ) -> None:
+    """PhoBERT and BERTweet keep their merges in `bpe.codes`, a suffix no list of small
+    files had: the offline load crashed."""
+    from transformers import PhobertTokenizer
+
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "vocab.txt").write_text("xin 5\nch@@ 4\nào 3\nc@@ 2\nhào 2\n")
+    (source / "bpe.codes").write_text("c h 10\nch à@@ 5\nx i 3\n")
+    folder = tmp_path / "full"
+    PhobertTokenizer(str(source / "vocab.txt"), str(source / "bpe.codes")).save_pretrained(
+        folder)
+    assert (folder / "bpe.codes").exists()
+    (folder / "config.json").write_text(json.dumps({"model_type": "roberta"}))
+    repo_id, _ = publish(hub, "phobert", folder, "transformers", dict(OTHER_FORMATS))
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id)
+    locked = {f.path for f in read_lock(project / "weights.lock").repos[0].files}
+    assert "bpe.codes" in locked
+    result = offline(BPE_CODES, cache, repo_id, revision, str(folder))
+    ids = result["ids"]
+    assert isinstance(ids, list) and ids[0] == ids[1] and len(ids[0]) > 2
+    opened = set(offline(BPE_CODES, whole_sync(hub, tmp_path, repo_id), repo_id, revision,
+                         str(folder))["opened"])  # type: ignore[arg-type]
+    assert "bpe.codes" in opened
+    assert opened <= locked, opened - locked
+
+
+def whole_sync(hub: Hub, tmp_path: Path, repo_id: str) -> Path:
+    """A cache holding every file of the repo (`loader = "all"`), for the guard."""
+    project = write_project(tmp_path / "whole", f'[[model]]\nid = "{repo_id}"\n'
+                            'loader = "all"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    cache = tmp_path / "whole-cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    return cache

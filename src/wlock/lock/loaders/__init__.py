@@ -92,6 +92,20 @@ def select(loader: str, files: Sequence[LockedFile], read: Read,
 
     Raises LoaderProblem when the rule cannot choose.
     """
+    paths = frozenset(f.path for f in files)
+    if loader == "all":
+        return _with_remote_code(Choice(paths), read)
+    choice = _select(loader, paths, read, variant)
+    large = sorted(f"{f.path} ({f.size / 1e6:.0f} MB)" for f in files
+                   if f.path in choice.paths and f.size > LARGE_KEPT and describe(f.path) is None)
+    if large:
+        choice = replace(choice, notes=(*choice.notes, (
+            f"kept though large and not the weights: {', '.join(large)} (`exclude` them if "
+            "the library does not read them)")))
+    return choice
+
+
+def _select(loader: str, paths: frozenset[str], read: Read, variant: str | None) -> Choice:
     from wlock.lock.loaders import (
         diffusers,
         gguf,
@@ -102,9 +116,6 @@ def select(loader: str, files: Sequence[LockedFile], read: Read,
         transformers,
     )
 
-    paths = frozenset(f.path for f in files)
-    if loader == "all":
-        return _with_remote_code(Choice(paths), read)
     rules: dict[str, Callable[[frozenset[str], Read, str | None], Choice]] = {
         "transformers": transformers.select,
         "sentence-transformers": sentence_transformers.select,
@@ -272,3 +283,33 @@ def describe(path: str) -> str | None:
         if pattern.search(path):
             return words
     return None
+
+
+# What transformers' Trainer writes beside a checkpoint and from_pretrained never opens
+# (trainer.py: OPTIMIZER_NAME, SCHEDULER_NAME, TRAINING_ARGS_NAME, the RNG states, the
+# `checkpoint-N/` folders of PREFIX_CHECKPOINT_DIR; TRAINER_STATE_NAME is small and kept).
+_TRAINING = re.compile(r"(^|/)(optimizer\.pt|scheduler\.pt|training_args\.bin|"
+                       r"rng_state(_\d+)?\.pth|scaler\.pt)$|(^|/)checkpoint-\d+/")
+
+
+def unread(path: str) -> str | None:
+    """Why a library's loader leaves `path` out: it is a copy of the weights in a form the
+    loader did not choose (another framework, format, variant, an export, `original/`), an
+    index of weights not chosen, a training artefact, or git's own metadata; None for every
+    other file, which the loader keeps (a library reads whatever its code reads: a list of
+    what to keep is always one short, issue 37)."""
+    if (kind := describe(path)) is not None:
+        return kind
+    if path.endswith(".index.json"):
+        return "an index of weights the loader did not choose"
+    if _TRAINING.search(path):
+        return "a training artefact (optimizer, scheduler, RNG state, training arguments)"
+    if path.rsplit("/", 1)[-1] == ".gitattributes":
+        return "git's own metadata"
+    return None
+
+
+# A kept file that is not the chosen weights but this large is named in the loader's line,
+# so a user sees it and can `exclude` it (a dataset dump, a second tokenizer's training
+# corpus). 50 MB: larger than any tokenizer.json measured (Gemma's, 33 MB).
+LARGE_KEPT = 50 * 1000 * 1000

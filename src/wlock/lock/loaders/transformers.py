@@ -14,7 +14,7 @@ transformers fetches it (`code_revision` defaults to None).
 
 from __future__ import annotations
 
-from wlock.lock.loaders import Choice, LoaderProblem, Read, small_files, weights
+from wlock.lock.loaders import Choice, LoaderProblem, Read, unread, weights
 
 NAMES = ("model.safetensors", "pytorch_model.bin")
 
@@ -37,7 +37,12 @@ def select_in(paths: frozenset[str], folder: str, read: Read, variant: str | Non
         chosen = []
         notes = (f"no weights transformers reads in {folder or 'the repo'}: configs and "
                  "tokenizer files only",)
-    # Remote code (auto_map) is found for every loader by loaders.select.
-    return Choice(frozenset(small_files(paths, folder)) | frozenset(chosen), notes=notes)
+    # Every file under `folder` but those transformers never opens (loaders.unread): a
+    # tokenizer's `additional_chat_templates/`, a `bpe.codes`, a processor's files are read
+    # by code no list of suffixes keeps up with. Remote code (auto_map) is found for every
+    # loader by loaders.select.
+    taken = set(chosen)
+    kept = {p for p in paths if p.startswith(folder) and (p in taken or unread(p) is None)}
+    return Choice(frozenset(kept), notes=notes)
 
 
