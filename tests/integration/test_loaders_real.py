@@ -265,8 +265,11 @@ def test_gguf_selection_is_one_quantization_read_back_offline(hub: Hub, tmp_path
     full.mkdir()
     rng = np.random.default_rng(0)
     weights = rng.standard_normal((4, 64)).astype(np.float32)
-    for name, kind in (("F32", None), ("F16", "f16"), ("Q8_0", gguf.GGMLQuantizationType.Q8_0)):
-        writer = gguf.GGUFWriter(str(full / f"tiny.{name}.gguf"), "llama")
+    for name, kind in (("F32", None), ("F16", "f16"), ("Q8_0", gguf.GGMLQuantizationType.Q8_0),
+                       ("mmproj", "f16")):
+        # The last: a vision model's projector, as llama.cpp's converter names it (clip).
+        file = "mmproj-tiny-f16.gguf" if name == "mmproj" else f"tiny.{name}.gguf"
+        writer = gguf.GGUFWriter(str(full / file), "clip" if name == "mmproj" else "llama")
         writer.add_block_count(1)
         if kind is None:
             writer.add_tensor("w", weights)
@@ -283,7 +286,8 @@ def test_gguf_selection_is_one_quantization_read_back_offline(hub: Hub, tmp_path
     repo_id, _ = publish(hub, "gguf", full, "gguf")
     project, cache, revision = add_and_sync(hub, tmp_path, repo_id, "--variant", "Q8_0")
     locked = sorted(f.path for f in read_lock(project / "weights.lock").repos[0].files)
-    assert locked == ["README.md", "tiny.Q8_0.gguf"]
+    # The projector with the quantization chosen: llama.cpp needs it with any (issue 37).
+    assert locked == ["README.md", "mmproj-tiny-f16.gguf", "tiny.Q8_0.gguf"]
     result = offline("""
         import json, sys
         import numpy as np
@@ -293,10 +297,11 @@ def test_gguf_selection_is_one_quantization_read_back_offline(hub: Hub, tmp_path
         path = hf_hub_download(repo, "tiny.Q8_0.gguf", revision=revision)
         a = GGUFReader(path).tensors[0]
         b = GGUFReader(full + "/tiny.Q8_0.gguf").tensors[0]
+        proj = GGUFReader(hf_hub_download(repo, "mmproj-tiny-f16.gguf", revision=revision))
         print(json.dumps({"same": bool(np.array_equal(a.data, b.data)),
-                          "type": a.tensor_type.name}))
+                          "type": a.tensor_type.name, "projector": proj.tensors[0].tensor_type.name}))
     """, cache, repo_id, revision, str(full))
-    assert result == {"same": True, "type": "Q8_0"}
+    assert result == {"same": True, "type": "Q8_0", "projector": "F16"}
 
 
 # What the library opened under the snapshot while it loaded: the guard against the next

@@ -233,6 +233,23 @@ GGUF = ("README.md", "config.json", "llama-2-7b.Q2_K.gguf", "llama-2-7b.Q4_K_M.g
         "Q8_0/llama-2-70b.Q8_0-00001-of-00002.gguf", "Q8_0/llama-2-70b.Q8_0-00002-of-00002.gguf")
 
 
+def test_gguf_locks_a_vision_models_projector_with_any_quantization() -> None:
+    """llama.cpp needs `mmproj-*.gguf` beside the model whatever its quantization; it was
+    locked with one quantization (the one its own name matched) and not another, and a repo
+    of one model and its projector asked which to lock (issue 37)."""
+    vision = ("README.md", "gemma-3-4b-it-Q4_K_M.gguf", "gemma-3-4b-it-Q8_0.gguf",
+              "mmproj-model-f16.gguf")
+    for quant in ("Q4_K_M", "Q8_0"):
+        choice = select("gguf", listing(*vision), Reader({}), quant)
+        assert "mmproj-model-f16.gguf" in choice.paths, quant
+    assert "gemma-3-4b-it-Q8_0.gguf" not in select("gguf", listing(*vision), Reader({}),
+                                                   "Q4_K_M").paths
+    with pytest.raises(LoaderProblem, match="no GGUF file of the quantization 'F16'"):
+        select("gguf", listing(*vision), Reader({}), "F16").paths  # noqa: B018
+    one = select("gguf", listing("model-Q4_K_M.gguf", "mmproj-model-f16.gguf"), Reader({}))
+    assert sorted(one.paths) == ["mmproj-model-f16.gguf", "model-Q4_K_M.gguf"]
+
+
 def test_gguf_takes_one_quantization_with_all_its_parts() -> None:
     choice = select("gguf", listing(*GGUF), Reader({}), "Q4_K_M")
     assert sorted(choice.paths) == ["README.md", "config.json", "llama-2-7b.Q4_K_M.gguf"]

@@ -4,7 +4,10 @@ GGUF repos ship one file per quantization (Q4_K_M, Q8_0, ...), large ones split 
 `name-Q4_K_M-00001-of-00003.gguf` (llama.cpp's `gguf-split`), sometimes in a folder per
 quant. A user runs one: `variant` names it, and every part of it is locked; llama.cpp loads
 the other parts of a split from beside the first. With one quantization, `variant` may be
-left out.
+left out. A vision model's projector (`mmproj-*.gguf`, llama.cpp's `--mmproj`, which
+`Llama.from_pretrained(..., clip_model_path=...)` and llama-server's `-hf` fetch beside the
+model) is no quantization of the model: it is locked with whichever one is chosen
+(`exclude = ["mmproj*"]` leaves it out).
 """
 
 from __future__ import annotations
@@ -24,9 +27,14 @@ def quant_of(path: str) -> str | None:
     return found[-1].upper() if found else None
 
 
+def is_projector(path: str) -> bool:
+    return path.rsplit("/", 1)[-1].lower().startswith("mmproj")
+
+
 def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
-    ggufs = sorted(p for p in paths if p.endswith(".gguf"))
-    if not ggufs:
+    projectors = sorted(p for p in paths if p.endswith(".gguf") and is_projector(p))
+    ggufs = sorted(p for p in paths if p.endswith(".gguf") and not is_projector(p))
+    if not ggufs and not projectors:
         raise LoaderProblem("no .gguf file in the repo", "Use another loader, or `\"all\"`.")
     quants = sorted({q for p in ggufs if (q := quant_of(p))})
     if variant:
@@ -41,4 +49,4 @@ def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
         raise LoaderProblem(
             f"{len(ggufs)} GGUF files ({len(quants)} quantizations): say which one to lock",
             f"Set `variant` to one of {', '.join(quants)} (`wlock add ID --variant Q4_K_M`).")
-    return Choice(frozenset(small_files(paths, "")) | frozenset(chosen))
+    return Choice(frozenset(small_files(paths, "")) | frozenset(chosen) | frozenset(projectors))
