@@ -12,14 +12,16 @@ RepoKind = Literal["model", "dataset"]
 REPO_KINDS: tuple[RepoKind, ...] = ("model", "dataset")
 
 
-Selection = tuple[str, tuple[str, ...], tuple[str, ...], str | None, str | None]
+Selection = tuple[str, tuple[str, ...], tuple[str, ...], str | None, str | None, str | None]
 
 
 def selection(ref: str, include: tuple[str, ...], exclude: tuple[str, ...],
-              loader: str | None = None, variant: str | None = None) -> Selection:
-    """A ref, its globs (order and repeats ignored, as the digest does), its loader and
-    variant: what decides the locked set."""
-    return (ref, tuple(sorted(set(include))), tuple(sorted(set(exclude))), loader, variant)
+              loader: str | None = None, variant: str | None = None,
+              base: str | None = None) -> Selection:
+    """A ref, its globs (order and repeats ignored, as the digest does), its loader, variant
+    and named base: what decides the locked set."""
+    return (ref, tuple(sorted(set(include))), tuple(sorted(set(exclude))), loader, variant,
+            base)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,9 @@ class ManifestEntry:
     # The library whose loading rule picks the files (wlock.lock.loaders); None: every file.
     loader: str | None = None
     variant: str | None = None  # a diffusers/transformers variant (fp16) or a GGUF quant
+    # An adapter's base named in weights.toml (`org/name` or `org/name@ref`), where its
+    # adapter_config.json names a local folder: the base the peft loader requires instead.
+    base: str | None = None
 
     @property
     def key(self) -> tuple[RepoKind, str]:
@@ -44,7 +49,8 @@ class ManifestEntry:
     @property
     def selection(self) -> Selection:
         """What decides the locked set: a lock entry is kept only while this is unchanged."""
-        return selection(self.ref, self.include, self.exclude, self.loader, self.variant)
+        return selection(self.ref, self.include, self.exclude, self.loader, self.variant,
+                         self.base)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +195,7 @@ class LockedRepo:
     exclude: tuple[str, ...] = ()
     loader: str | None = None
     variant: str | None = None
+    base: str | None = None  # the adapter's base as weights.toml named it (`base`)
     # Models this one cannot load without (an adapter's base, a remote-code repo), each
     # locked as an entry of its own; an entry weights.toml does not list is there only
     # because something requires it.
@@ -219,7 +226,8 @@ class LockedRepo:
 
     @property
     def selection(self) -> Selection:
-        return selection(self.requested, self.include, self.exclude, self.loader, self.variant)
+        return selection(self.requested, self.include, self.exclude, self.loader, self.variant,
+                         self.base)
 
     @property
     def size(self) -> int:

@@ -209,3 +209,46 @@ def test_a_gguf_repo_needs_a_variant_and_the_manifest_is_left_as_it_was(
     assert sorted(f.path for f in read_lock(project / "weights.lock").repos[0].files) == [
         "README.md", "m.Q4_K_M.gguf"]
     assert os.environ.get("HF_TOKEN") is None
+
+
+def test_an_adapter_whose_base_is_a_local_folder_says_so_and_takes_base_from_the_entry(
+        hub: Hub, tmp_path: Path) -> None:
+    """adapter_config.json often names the folder the adapter was trained from
+    (`outputs/llama-base`, a name shaped like a repo id): the error said only "model
+    outputs/llama-base was not found" (issue 37). It now says where the name came from and
+    how to name the base instead, and `--base` (weights.toml's `base`) locks that base."""
+    base = hub.unique_id("base")
+    hub.builder.commit("model", base, {"config.json": b"{}", "model.safetensors": b"\1" * 64})
+    hub.builder.configure("model", base, extra={"library_name": "transformers"})
+    lora = hub.unique_id("lora")
+    hub.builder.commit("model", lora, {
+        "adapter_config.json": json.dumps({"base_model_name_or_path": "outputs/llama-base"})
+        .encode(), "adapter_model.safetensors": b"\2" * 32})
+    hub.builder.configure("model", lora, extra={"library_name": "peft"})
+    project = write_project(tmp_path, "")
+    before = (project / "weights.toml").read_bytes()
+    refused = run_wlock("add", lora, "--endpoint", hub.endpoint, cwd=project)
+    assert refused.code == 5, refused.stderr
+    assert "outputs/llama-base" in refused.stderr
+    assert f"(required by {lora}: base model of the adapter (adapter_config.json" \
+        in refused.stderr, refused.stderr
+    assert "adapter_config.json's `base_model_name_or_path`" in refused.stderr
+    assert 'base = "org/name@ref"' in refused.stderr
+    assert (project / "weights.toml").read_bytes() == before
+    added = run_wlock("add", lora, "--base", f"{base}@main", "--endpoint", hub.endpoint,
+                      cwd=project)
+    assert added.code == 0, added.stderr
+    assert manifest_entries(project) == [{"id": lora, "ref": "main", "loader": "peft",
+                                          "base": f"{base}@main"}]
+    lock = read_lock(project / "weights.lock")
+    adapter = lock.find("model", lora)
+    assert adapter is not None and adapter.requires == (base,) and adapter.base == \
+        f"{base}@main"
+    assert lock.find("model", base) is not None
+    assert run_wlock("lock", "--check", cwd=project).code == 0
+    # `base` belongs to an adapter: on another loader it is a mistake, named at its line.
+    (project / "weights.toml").write_text(
+        (project / "weights.toml").read_text().replace('loader = "peft"',
+                                                       'loader = "transformers"'))
+    wrong = run_wlock("lock", "--check", cwd=project)
+    assert wrong.code == 4 and "`base` names an adapter's base model" in wrong.stderr

@@ -45,6 +45,9 @@ def init(settings: Settings) -> None:
               f"{', '.join(LOADERS)} (default: from the Hub's library_name, else the files).")
 @click.option("--variant", metavar="NAME",
               help="A weights variant (diffusers/transformers: fp16) or a GGUF quant (Q4_K_M).")
+@click.option("--base", metavar="ORG/NAME[@REF]",
+              help="An adapter's base model, where its adapter_config.json names a local "
+              "folder (written as `base` on the entry; needs the peft loader).")
 @click.option("--no-lock", is_flag=True,
               help="Only edit weights.toml: do not ask the Hub or update weights.lock.")
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30, show_default=True,
@@ -54,7 +57,7 @@ def init(settings: Settings) -> None:
 @common_options
 def add(
     spec: str, dataset: bool, include: tuple[str, ...], exclude: tuple[str, ...],
-    loader: str | None, variant: str | None, no_lock: bool, timeout: float,
+    loader: str | None, variant: str | None, base: str | None, no_lock: bool, timeout: float,
     settings: Settings,
 ) -> None:
     """Add a model or dataset to weights.toml (or update its ref and globs), and lock it.
@@ -74,6 +77,7 @@ def add(
     Examples:
       wlock add sentence-transformers/all-MiniLM-L6-v2
       wlock add acme/llama-lora                 # locks the adapter and its base model
+      wlock add acme/lora --base meta-llama/Llama-3.1-8B@main   # its config names a folder
       wlock add TheBloke/Llama-2-7B-GGUF --variant Q4_K_M
       wlock add Qwen/Qwen2.5-0.5B@main --loader all --include '*.json' --include '*.safetensors'
       wlock add stanfordnlp/imdb@v1.0 --dataset --exclude '*.tar.gz'
@@ -106,7 +110,9 @@ def add(
         chosen_by = (f"the Hub's library_name {snap.library_name!r}" if snap.library_name
                      and loader != "all" else "its files")
     before = path.read_bytes()
-    new = add_entry(path, kind, repo_id, ref, include, exclude, loader, variant)
+    if base is not None:
+        parse_requirement(base)  # a usage error (exit 2) before anything is written
+    new = add_entry(path, kind, repo_id, ref, include, exclude, loader, variant, base)
     verb = "Added" if new else "Updated"
     revision = None
     result = None

@@ -18,7 +18,7 @@ from wlock.lock.tomlpos import TomlLocator, read_toml
 from wlock.models import REPO_KINDS, Manifest, ManifestEntry, RepoKind
 
 MANIFEST_NAME = "weights.toml"
-ENTRY_KEYS = ("id", "ref", "include", "exclude", "loader", "variant")
+ENTRY_KEYS = ("id", "ref", "include", "exclude", "loader", "variant", "base")
 TOP_LEVEL_KEYS = (*REPO_KINDS, "tool")
 
 
@@ -56,6 +56,7 @@ def manifest_digest(entries: Iterable[ManifestEntry]) -> str:
     canonical = sorted(
         [e.kind, e.id, e.ref, sorted(set(e.include)), sorted(set(e.exclude))]
         + ([e.loader or "all", e.variant or ""] if e.loader or e.variant else [])
+        + ([f"base={e.base}"] if e.base else [])
         for e in entries
     )
     data = json.dumps(canonical, separators=(",", ":"), ensure_ascii=False).encode()
@@ -161,9 +162,20 @@ def _parse_entry(
             raise fail("variant", f"`variant` needs a loader that has variants "
                        f"({', '.join(VARIANT_LOADERS)}), not {loader or 'none'}",
                        hint="Set `loader`, or remove `variant`.")
+    base = item.get("base")
+    if base is not None:
+        name, _, base_ref = base.partition("@") if isinstance(base, str) else ("", "", "")
+        if not isinstance(base, str) or repo_id_problem(name) is not None or (
+                "@" in base and ref_problem(base_ref) is not None):
+            raise fail("base", f"{base!r} is not a repo id with an optional @ref",
+                       hint='Like base = "meta-llama/Llama-3.1-8B@main".')
+        if loader != "peft":
+            raise fail("base", f"`base` names an adapter's base model: it needs "
+                       f"loader = \"peft\", not {loader or 'none'}",
+                       hint='Set loader = "peft", or remove `base`.')
     return ManifestEntry(
         kind=kind, id=repo_id, ref=ref, include=globs["include"], exclude=globs["exclude"],
-        line=header, loader=loader, variant=variant,
+        line=header, loader=loader, variant=variant, base=base,
     )
 
 
@@ -212,9 +224,10 @@ def add_entry(
     exclude: tuple[str, ...],
     loader: str | None = None,
     variant: str | None = None,
+    base: str | None = None,
 ) -> bool:
-    """Add the entry or update the one with the same id (its ref, globs, loader and variant
-    where given). Returns True when it was new."""
+    """Add the entry or update the one with the same id (its ref, globs, loader, variant and
+    base where given). Returns True when it was new."""
     import tomlkit
 
     read_manifest(path)  # refuse to edit a file we could not read back
@@ -228,7 +241,7 @@ def add_entry(
                 for key, value in (("include", include), ("exclude", exclude)):
                     if value:
                         table[key] = list(value)
-                for key, text in (("loader", loader), ("variant", variant)):
+                for key, text in (("loader", loader), ("variant", variant), ("base", base)):
                     if text:
                         table[key] = text
                 write_text_atomic(path, _dumps(doc))
@@ -240,6 +253,8 @@ def add_entry(
         table["loader"] = loader
     if variant:
         table["variant"] = variant
+    if base:
+        table["base"] = base
     if include:
         table["include"] = list(include)
     if exclude:

@@ -101,6 +101,7 @@ def make_record(lock: Lock, lock_path: Path, cache_dir: Path,
             # What the resolver recorded beside the files (the loader's choice, the models it
             # requires, the card, the pickles' imports): the lock is rebuilt from all of it.
             "loader": repo.loader, "variant": repo.variant, "requires": list(repo.requires),
+            **({"base": repo.base} if repo.base else {}),
             "skipped": list(repo.skipped), "skipped_size": repo.skipped_size,
             "license": repo.license if len(repo.licenses) <= 1 else list(repo.licenses),
             "license_name": repo.license_name,
@@ -177,7 +178,8 @@ def lock_from_record(log: Path, run_id: str | None = None) -> tuple[Lock, dict[s
                 kind=r["kind"], id=r["id"], requested=r["requested"], revision=r["revision"],
                 files=files, include=tuple(r.get("include", ())),
                 exclude=tuple(r.get("exclude", ())), loader=r.get("loader"),
-                variant=r.get("variant"), requires=tuple(r.get("requires", ())),
+                variant=r.get("variant"), base=r.get("base"),
+                requires=tuple(r.get("requires", ())),
                 skipped=tuple(r.get("skipped", ())), skipped_size=int(r.get("skipped_size", 0)),
                 licenses=_licenses(r.get("license")), license_name=r.get("license_name"),
                 base_models=tuple(r.get("base_models", ())),

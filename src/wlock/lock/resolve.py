@@ -14,7 +14,14 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wlock.errors import InvalidFileError, OfflineError, UsageError, WlockError
+from wlock.errors import (
+    InvalidFileError,
+    OfflineError,
+    RepoNotFoundError,
+    RevisionNotFoundError,
+    UsageError,
+    WlockError,
+)
 from wlock.lock.hub import DEFAULT_TIMEOUT, HubClient, RemoteSnapshot
 from wlock.lock.loaders import LoaderProblem, Requirement, collapse, detect_loader
 from wlock.lock.lockfile import (
@@ -70,14 +77,15 @@ class Picked:
 
 
 def pick(snap: RemoteSnapshot, loader: str | None, variant: str | None,
-         read_file: ReadFile) -> Picked:
+         read_file: ReadFile, base: str | None = None) -> Picked:
     """Apply `loader`'s rule to a listed repo. Raises LoaderProblem when it cannot choose."""
     from wlock.lock.loaders import select
 
     if loader is None or loader == "all":
         return Picked(snap, snap.files)
     choice = select(loader, snap.files,
-                    lambda path: read_file(snap.kind, snap.hub_id, snap.revision, path), variant)
+                    lambda path: read_file(snap.kind, snap.hub_id, snap.revision, path), variant,
+                    base)
     return Picked(snap, tuple(f for f in snap.files if f.path in choice.paths),
                   choice.requires, choice.notes, choice.code)
 
@@ -209,7 +217,7 @@ def plan_lock(
     def resolve_one(entry: ManifestEntry, revision: str) -> Picked:
         snap = snapshot(entry, revision)
         try:
-            return pick(snap, entry.loader, entry.variant, read_file)
+            return pick(snap, entry.loader, entry.variant, read_file, entry.base)
         except LoaderProblem as e:
             raise InvalidFileError(
                 manifest.path, f"{entry.id} at {snap.revision[:7]}: {e.message}",
@@ -268,7 +276,7 @@ def plan_lock(
             )
         repo = _locked(entry.kind, entry.id, entry.ref, snap, files, entry.include,
                        entry.exclude, entry.loader, entry.variant, picked.requires,
-                       picked.code)
+                       picked.code, entry.base)
         repos.append(repo)
         pending += [(r, entry.id) for r in picked.requires]
         if entry.loader is not None:
@@ -291,14 +299,15 @@ def plan_lock(
 def _locked(kind: RepoKind, repo_id: str, requested: str, snap: RemoteSnapshot,
             files: tuple[LockedFile, ...], include: tuple[str, ...], exclude: tuple[str, ...],
             loader: str | None, variant: str | None,
-            requires: tuple[Requirement, ...], code: tuple[str, ...] = ()) -> LockedRepo:
+            requires: tuple[Requirement, ...], code: tuple[str, ...] = (),
+            base: str | None = None) -> LockedRepo:
     """The lock entry of a repo resolved now. What a loader left out is recorded with it (only
     then: a lock of entries without a loader keeps its bytes)."""
     kept = {f.path for f in files}
     left = [f for f in snap.files if f.path not in kept]
     return LockedRepo(
         kind=kind, id=repo_id, requested=requested, revision=snap.revision, files=files,
-        include=include, exclude=exclude, loader=loader, variant=variant,
+        include=include, exclude=exclude, loader=loader, variant=variant, base=base,
         requires=tuple(sorted({r.id for r in requires})),
         skipped=tuple(collapse((f.path for f in left), kept)) if loader is not None else (),
         skipped_size=sum(f.size for f in left) if loader is not None else 0,
@@ -371,8 +380,15 @@ def _dependencies(
             pending += [(Requirement(n, "main", "kept"), old.id) for n in old.requires
                         if ("model", n) not in found]
             continue
-        snap = snapshot(ManifestEntry("model", requirement.id, requirement.ref,
-                                      include=requirement.include), requirement.ref)
+        try:
+            snap = snapshot(ManifestEntry("model", requirement.id, requirement.ref,
+                                          include=requirement.include), requirement.ref)
+        except (RepoNotFoundError, RevisionNotFoundError) as e:
+            # Say where the name came from: the error named only the repo (issue 37).
+            e.message = f"{e.message} (required by {by}: {requirement.why})"
+            e.args = (e.message,)
+            e.hint = requirement.hint or e.hint
+            raise
         loader = None if requirement.include else detect_loader(
             snap.library_name, (f.path for f in snap.files))
         try:

@@ -51,6 +51,9 @@ class Requirement:
     ref: str  # the commit or ref the requiring repo names ("main" when it names none)
     why: str
     include: tuple[str, ...] = ()  # only these files (remote code: the .py files)
+    # What to do when the repo is not on the Hub (it was named by a file: say which, and how
+    # to name it instead), for the error that says so.
+    hint: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +90,7 @@ def detect_loader(library_name: str | None, paths: Iterable[str]) -> str:
 
 
 def select(loader: str, files: Sequence[LockedFile], read: Read,
-           variant: str | None = None) -> Choice:
+           variant: str | None = None, base: str | None = None) -> Choice:
     """The files `loader` reads from a repo listed as `files`, and the repos it requires.
 
     Raises LoaderProblem when the rule cannot choose.
@@ -95,7 +98,7 @@ def select(loader: str, files: Sequence[LockedFile], read: Read,
     paths = frozenset(f.path for f in files)
     if loader == "all":
         return _with_remote_code(Choice(paths), read)
-    choice = _select(loader, paths, read, variant)
+    choice = _select(loader, paths, read, variant, base)
     large = sorted(f"{f.path} ({f.size / 1e6:.0f} MB)" for f in files
                    if f.path in choice.paths and f.size > LARGE_KEPT and describe(f.path) is None)
     if large:
@@ -105,7 +108,8 @@ def select(loader: str, files: Sequence[LockedFile], read: Read,
     return choice
 
 
-def _select(loader: str, paths: frozenset[str], read: Read, variant: str | None) -> Choice:
+def _select(loader: str, paths: frozenset[str], read: Read, variant: str | None,
+            base: str | None = None) -> Choice:
     from wlock.lock.loaders import (
         diffusers,
         gguf,
@@ -125,6 +129,8 @@ def _select(loader: str, paths: frozenset[str], read: Read, variant: str | None)
         "timm": timm.select,
         "open_clip": open_clip.select,
     }
+    if loader == "peft":
+        return _with_remote_code(peft.select(paths, read, variant, base), read)
     return _with_remote_code(rules[loader](paths, read, variant), read)
 
 

@@ -17,7 +17,10 @@ from wlock.lock.names import ref_problem, repo_id_problem
 NAMES = ("adapter_model.safetensors", "adapter_model.bin")
 
 
-def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
+def select(paths: frozenset[str], read: Read, variant: str | None,
+           named: str | None = None) -> Choice:
+    """`named`: the base as weights.toml's `base` names it (`org/name@ref`), which wins over
+    adapter_config.json's (a local folder the adapter was trained from, often)."""
     if "adapter_config.json" not in paths:
         raise LoaderProblem("no adapter_config.json: the repo is not a peft adapter",
                             "Use `loader = \"transformers\"` or `\"all\"` for this entry.")
@@ -32,11 +35,20 @@ def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
         raise LoaderProblem("no adapter_model.safetensors or adapter_model.bin",
                             "The repo is not a loadable adapter at this ref.")
     kept = frozenset(small_files(paths, "")) | frozenset(chosen)
+    if named is not None:
+        repo, _, ref = named.partition("@")
+        return Choice(kept, requires=(Requirement(
+            repo, ref or "main", "base model of the adapter (weights.toml's `base`"
+            + (f", ref {ref})" if ref else ", no ref: main)")),))
+    hint = ("The name comes from adapter_config.json's `base_model_name_or_path`. If it "
+            "is a local folder, name the base on the entry in weights.toml: "
+            'base = "org/name@ref".')
     if not isinstance(base, str) or repo_id_problem(base) is not None:
         return Choice(kept, notes=(f"adapter_config.json names the base {base!r}, which is not "
-                                   "a Hub repo id (a local path?): it is not locked",))
+                                   "a Hub repo id (a local path?): it is not locked; name it "
+                                   'with base = "org/name@ref" on the entry',))
     ref = revision if isinstance(revision, str) and revision and ref_problem(revision) is None \
         else "main"
     why = "base model of the adapter (adapter_config.json" + (
         f", revision {ref})" if ref != "main" else ", no revision: main)")
-    return Choice(kept, requires=(Requirement(base, ref, why),))
+    return Choice(kept, requires=(Requirement(base, ref, why, hint=hint),))
