@@ -133,6 +133,25 @@ def test_remote_code_is_found_in_every_config_under_every_loader(loader: str, co
     assert f"{config}'s auto_map" in choice.requires[0].why
 
 
+def test_transformers_keeps_every_file_it_might_read_and_leaves_out_only_what_it_never_opens(
+        ) -> None:
+    """The rule keeps what it does not know to be unread (a list of suffixes to keep was
+    always one short: `bpe.codes`, `prophetnet.tokenizer`, `additional_chat_templates/`;
+    with `.model` dropped from it the whole suite passed: issue 37)."""
+    paths = listing(
+        "config.json", "model.safetensors", "tokenizer.model", "tokenizer_config.json",
+        "bpe.codes", "prophetnet.tokenizer", "additional_chat_templates/tool_use.jinja",
+        "chat_template.jinja", "pytorch_model.bin", "model.fp16.safetensors",
+        "pytorch_model.bin.index.json", "optimizer.pt", "scheduler.pt", "rng_state_0.pth",
+        "training_args.bin", "checkpoint-500/model.safetensors", "checkpoint-500/config.json",
+        ".gitattributes", "original/consolidated.00.pth", "onnx/model.onnx")
+    choice = select("transformers", paths, Reader({}))
+    assert sorted(choice.paths) == [
+        "additional_chat_templates/tool_use.jinja", "bpe.codes", "chat_template.jinja",
+        "config.json", "model.safetensors", "prophetnet.tokenizer", "tokenizer.model",
+        "tokenizer_config.json"]
+
+
 MINILM = (  # sentence-transformers/all-MiniLM-L6-v2
     ".gitattributes", "1_Pooling/config.json", "README.md", "config.json",
     "config_sentence_transformers.json", "data_config.json", "model.safetensors",

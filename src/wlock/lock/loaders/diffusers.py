@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from wlock.lock.loaders import Choice, LoaderProblem, Read, small_files, weights
+from wlock.lock.loaders import Choice, LoaderProblem, Read, unread, weights
 
 NAMES = ("diffusion_pytorch_model.safetensors", "model.safetensors",
          "diffusion_pytorch_model.bin", "pytorch_model.bin")
@@ -32,12 +32,17 @@ def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
     except (ValueError, AttributeError) as e:
         raise LoaderProblem(f"model_index.json is not a pipeline index ({e})",
                             "Lock the repo with `loader = \"all\"`.") from None
-    kept = set(small_files(paths, ""))
+    # Every file at the top and in each component's folder but what diffusers never opens
+    # (loaders.unread: the other formats and variants, the top-level single-file
+    # checkpoints); the folders of components the index does not name (or names
+    # `[null, null]`) are not downloaded by DiffusionPipeline.download either.
+    folders = {f"{name}/" for name in components}
+    kept = {p for p in paths if unread(p) is None and (
+        "/" not in p or p.split("/", 1)[0] + "/" in folders)}
     notes = []
     without_variant = []
     for name in components:
         prefix = f"{name}/"
-        kept |= small_files(paths, prefix)
         chosen = weights(paths, prefix, NAMES, read, variant)
         if chosen is None and variant:
             chosen = weights(paths, prefix, NAMES, read)
