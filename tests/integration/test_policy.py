@@ -108,6 +108,29 @@ def test_every_benign_twin_locks_syncs_and_audits(hub: Hub, tmp_path: Path) -> N
     assert f"{len(twins) + 1} files judged from the bytes on disk" in audited.stderr
 
 
+def test_a_readme_that_reads_as_a_pickle_is_not_refused(hub: Hub, tmp_path: Path) -> None:
+    """"N.B." at a README's start is NONE, STOP: a pickle of None, importing nothing. lock
+    never judges a README (its reader never unpickles), so it has no record to differ from:
+    sync and audit judge it by the policy alone, which passes it."""
+    torch = pytest.importorskip("torch")
+    import io
+
+    state = io.BytesIO()
+    torch.save({"w": torch.ones(2)}, state)
+    repo_id = hub.unique_id("nb")
+    hub.builder.commit("model", repo_id, {"README.md": b"N.B. read this first\n",
+                                          "pytorch_model.bin": state.getvalue()})
+    project = policy_project(tmp_path / "p", entries=f'[[model]]\nid = "{repo_id}"\n'
+                             'loader = "all"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    cache = tmp_path / "cache"
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project)
+    assert synced.code == 0, synced.stderr
+    audited = run_wlock("audit", "--cache-dir", str(cache), cwd=project)
+    assert audited.code == 0, audited.stdout + audited.stderr
+
+
 def evil_pickle_repo(hub: Hub) -> tuple[str, bytes]:
     data = plain(reduce(EVIL)) + b"\0" * 200_000
     repo_id = hub.unique_id("ranges")

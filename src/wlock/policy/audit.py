@@ -17,7 +17,7 @@ from pathlib import Path
 from wlock.cache.layout import RepoPaths
 from wlock.models import Lock, PickleScan
 from wlock.policy import Policy, Violation, judge_repo
-from wlock.scan import is_judged, judge_file
+from wlock.scan import is_judged, judge_file, judged_at_lock
 
 
 @dataclass
@@ -52,7 +52,11 @@ def audit(lock: Lock, policy: Policy, cache_dir: Path) -> AuditReport:
                 report.from_lock += 1
                 continue
             report.scanned += 1
-            if not found.pickle and f.path not in recorded:
+            # A file lock never judges (judged_at_lock) has no record to differ from.
+            if f.path not in recorded and (not found.pickle or not judged_at_lock(
+                    repo.kind, f.path)):
+                if found.pickle:
+                    scans.append(found)  # judged by the policy all the same
                 continue
             scans.append(found)
             old = recorded.get(f.path) or PickleScan(f.path, (), False)
