@@ -6,10 +6,13 @@
     licenses = ["apache-2.0", "mit"]      # SPDX ids as cards write them; absent: any
     remote-code = "locked"    # | "deny"
 
-The judge reads only the lock's records (what each pickle imports, each repo's licence and
-the classes `auto_map` names), so `lock --check` enforces it in CI without a request;
-`wlock audit` also re-scans the pickles on disk. A scanner's allowlist is not a proof of
-safety: it says which functions a pickle names, not what they do with their arguments.
+The judge reads the lock's records (what each pickle imports, each repo's licence and the
+classes `auto_map` names), so `lock --check` enforces it in CI without a request; `sync`
+judges the verified bytes before they are published (policy/gate.py) and `wlock audit` the
+bytes on disk (wlock.scan reads them). What was not read to its end is refused as unknown.
+An allowlist is not a proof of safety: it says which functions a pickle names, not what they
+do with their arguments. "deny" refuses every pickle that imports anything (one of plain
+data, importing nothing, calls nothing).
 """
 
 from __future__ import annotations
@@ -152,6 +155,8 @@ def judge_pickle(repo: str, scan: PickleScan, policy: Policy) -> list[Violation]
                           f"{repo}: {scan.path} could not be judged to its end, so "
                           f"`safe-imports` refuses it as unknown: {scan.unreadable}{seen}")]
     if policy.pickle == "deny":
+        if not scan.imports and scan.unreadable is None:
+            return []  # plain data read to its end (None, numbers, lists): it calls nothing
         return [Violation("pickle", repo, scan.path, "pickle",
                           f"{repo}: {scan.path} is a pickle, and the policy denies pickles "
                           f"(pickle = \"deny\"): torch.load runs what it names")]
