@@ -165,6 +165,21 @@ def test_long_redirect_and_error_bodies_are_not_read_to_their_end(
     assert run_wlock("check", "--cache-dir", str(tmp_path / "cache"), cwd=sharded).code == 0
 
 
+def test_a_small_file_that_trickles_ends_the_sync_with_exit_5(
+        hub: Hub, tmp_path: Path, sharded: Path) -> None:
+    """A byte every half second never trips the silence timeout, and kept a file going
+    forever (issue 38): the file's deadline (--timeout plus its size at 100 kB/s) ends it."""
+    hub.process.faults({"action": "trickle", "listener": "hub", "match": "tokenizer.json",
+                        "interval": 0.5})
+    result, elapsed = sync(hub, sharded, tmp_path / "cache", "--timeout", str(TIMEOUT))
+    assert result.code == 5, result.stderr
+    repo = read_lock(sharded / "weights.lock").repos[0]
+    assert f"{repo.id}/tokenizer.json: a trickle: " in result.stderr, result.stderr
+    assert "slower than 100 kB/s" in result.stderr
+    assert elapsed < 4 * TIMEOUT + 20, elapsed  # two attempts, each within its deadline
+    assert not list((tmp_path / "cache").rglob("*.wlock-incomplete"))
+
+
 def test_a_file_that_stalls_once_is_fetched_again_and_the_sync_succeeds(
     hub: Hub, tmp_path: Path, sharded: Path
 ) -> None:

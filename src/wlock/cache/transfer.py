@@ -48,6 +48,10 @@ if TYPE_CHECKING:
     Answer = httpx2.Response | Response  # what a small file's GET reads, on either client
 
 LARGE_FILE = 8 * 1024 * 1024
+# A small file's deadline besides the silence timeout: --timeout, plus its size at this rate.
+# A server that trickles a byte a second never trips the silence timeout, and kept a file
+# going forever (issue 38); 100 kB/s is far below any link a sync of weights is worth on.
+MIN_RATE = 100_000
 # The connections shared by the large files in flight where more do not help (loopback, a
 # link that is full): 4 files at once took 3.2 s with 8 connections each and 1.6 s with 2.
 BASE_CONNECTIONS = 8
@@ -470,7 +474,7 @@ class Transfer:
             except _Retryable as e:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(job.temp)
-                stalls += e.reason == "stall"
+                stalls += e.reason in ("stall", "slow")  # a trickle is tried as a stall is
                 if attempt == MAX_ATTEMPTS or stalls >= STALL_ATTEMPTS:
                     if e.reason == "unreachable":
                         self._down = e.final.cause
@@ -564,9 +568,14 @@ class Transfer:
                         # ioctl and an lseek, each a handoff of the GIL among dozens of
                         # threads.
                         out = os.open(job.temp, _NEW_FILE, 0o666)
+                        deadline = time.monotonic() + self._timeout + job.size / MIN_RATE
                         try:
                             for chunk in response.iter_raw(1024 * 1024):
                                 self._check_aborted()
+                                if time.monotonic() > deadline:
+                                    raise WireError("slow", f"{written} of {job.size} bytes "
+                                                    f"in {self._timeout + job.size / MIN_RATE:.0f}"
+                                                    f"s, slower than {MIN_RATE // 1000} kB/s")
                                 _write_all(out, chunk)
                                 digest.update(chunk)
                                 written += len(chunk)
@@ -846,8 +855,9 @@ _NETWORK_HINT = "Check the network, or the endpoint (--endpoint / HF_ENDPOINT)."
 
 class _Retryable(Exception):
     """A failure worth another attempt. `reason`: "status" (429/5xx), "stall" (no byte for
-    the timeout), "unreachable" (the endpoint refuses or cannot be connected to), or
-    "transient" (a connection cut, a worker's failure)."""
+    the timeout), "slow" (a trickle past the file's deadline: retried as a stall is),
+    "unreachable" (the endpoint refuses or cannot be connected to), or "transient" (a
+    connection cut, a worker's failure)."""
 
     def __init__(
         self, final: HubError, delay: float | None = None, reason: str = "transient"
@@ -935,6 +945,13 @@ def _transport_failure(
     if isinstance(e, httpx2.ReadTimeout | httpx2.WriteTimeout) or (
             isinstance(e, WireError) and e.kind == "timeout"):
         return _stalled(job, timeout)
+    if isinstance(e, WireError) and e.kind == "slow":
+        cause = f"a trickle: {e}"
+        return _Retryable(HubUnreachableError(
+            f"{job.label}: {cause}", repo=job.repo_id, cause=cause, subject=job.label,
+            hint="The server sends too slowly to finish. Retry later; on a link this slow, "
+            "raise --timeout (each small file gets --timeout plus its size at 100 kB/s)."),
+            reason="slow")
     if isinstance(e, httpx2.ConnectError | httpx2.ConnectTimeout) or (
             isinstance(e, WireError) and e.kind == "connect"):
         cause = f"cannot connect to {endpoint}: {redact(str(e)) or type(e).__name__}"

@@ -67,7 +67,7 @@ class WireError(Exception):
     """A request that got no complete answer. `kind`: "connect" (nothing listens there, or
     the name does not resolve), "timeout" (no byte for the read timeout), "cut" (the
     connection closed or broke before the answer was complete, or the answer was not
-    HTTP/1.1 this module reads)."""
+    HTTP/1.1 this module reads), "slow" (the caller's deadline for the file passed)."""
 
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(detail)

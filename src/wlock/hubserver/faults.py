@@ -11,7 +11,8 @@ redirect's Location header, sent as given, so "?moved=1" points at the same path
 `body_bytes`: a body of that many bytes, 10**15 for an endless one), `truncate` (send
 `bytes` of the body, then drop the connection), `stall` (send `bytes`, then hold the
 connection silent for `seconds`, default 600), `corrupt` (flip one byte of the body),
-`drop` (close the connection without answering), `delay` (`delay_ms`), `range` (a request
+`drop` (close the connection without answering), `delay` (`delay_ms`), `trickle` (the body a
+byte every `interval` seconds, default 0.5), `range` (a request
 with a Range header answered wrongly, by `mode`: `short`, `wrong`, `ignore` or `decoy` with
 `data_b64`; see _Handler._send_bad_range in server.py), and
 `inject_file` (add `name` to every file listing of the matched repo: a malicious listing).
@@ -29,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ACTIONS = frozenset(
-    {"status", "truncate", "stall", "corrupt", "drop", "delay", "inject_file", "range"}
+    {"status", "truncate", "stall", "corrupt", "drop", "delay", "inject_file", "range",
+     "trickle"}
 )
 
 

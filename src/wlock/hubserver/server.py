@@ -34,7 +34,7 @@ from wlock.hubserver.faults import Faults
 from wlock.hubserver.store import Commit, Repo, RepoStore, StoredFile
 
 _API_VERBS = frozenset({"revision", "tree", "refs", "paths-info"})
-_BODY_ACTIONS = frozenset({"truncate", "corrupt", "stall"})
+_BODY_ACTIONS = frozenset({"truncate", "corrupt", "stall", "trickle"})
 _RANGE_ACTIONS = frozenset({"range"})
 _EARLY_ACTIONS = frozenset({"status", "drop", "delay"})
 # A shaped body goes out in pieces of PACE_S seconds at its rate (at least 64 KiB), as a stream
@@ -438,6 +438,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_shaped(f, start, length, link)
             elif rule is None:
                 self.connection.sendfile(f, start, length)
+            elif rule.action == "trickle":
+                # A byte at a time, `interval` seconds apart: never silent for long, never
+                # done (what the silence timeout alone cannot end).
+                pause = float(rule.params.get("interval", 0.5))
+                try:
+                    for offset in range(start, start + length):
+                        self.connection.sendfile(f, offset, 1)
+                        time.sleep(pause)
+                except OSError:
+                    pass
+                self.close_connection = True
             elif rule.action in ("truncate", "stall"):
                 cut = min(length, int(rule.params.get("bytes", length // 2)))
                 self.connection.sendfile(f, start, cut)
