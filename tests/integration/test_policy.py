@@ -375,6 +375,28 @@ def test_audit_finds_a_pickle_swapped_on_disk_after_sync(hub: Hub, tmp_path: Pat
         "pickle", "changed"}
 
 
+def test_a_lock_made_before_records_is_judged_by_the_policy_not_called_changed(
+        hub: Hub, tmp_path: Path) -> None:
+    """A lock written before pickles were recorded has none: its torch checkpoints are not
+    "changed" (there is no record to differ from); sync and audit judge their bytes by the
+    policy alone."""
+    import re
+
+    repo_id = checkpoint_repo(hub, tmp_path / "w")
+    project = policy_project(tmp_path / "p")
+    assert run_wlock("add", repo_id, "--loader", "all", "--endpoint", hub.endpoint,
+                     cwd=project).code == 0
+    lock_file = project / "weights.lock"
+    lock_file.write_text(re.sub(r"pickles = \[\n(?:  .*\n)*\]\n", "", lock_file.read_text()))
+    assert not read_lock(lock_file).repos[0].pickles
+    cache = tmp_path / "cache"
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project)
+    assert synced.code == 0, synced.stderr
+    audited = run_wlock("audit", "--cache-dir", str(cache), cwd=project)
+    assert audited.code == 0, audited.stdout + audited.stderr
+
+
 def test_the_sbom_is_cyclonedx_1_6_and_validates(hub: Hub, tmp_path: Path) -> None:
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator

@@ -52,9 +52,10 @@ def audit(lock: Lock, policy: Policy, cache_dir: Path) -> AuditReport:
                 report.from_lock += 1
                 continue
             report.scanned += 1
-            # A file lock never judges (judged_at_lock) has no record to differ from.
-            if f.path not in recorded and (not found.pickle or not judged_at_lock(
-                    repo.kind, f.path)):
+            # No record to differ from: a file lock never judges (judged_at_lock), or a repo
+            # locked before records were kept (none at all), as sync's gate reads them.
+            if f.path not in recorded and (not found.pickle or not repo.pickles
+                                           or not judged_at_lock(repo.kind, f.path)):
                 if found.pickle:
                     scans.append(found)  # judged by the policy all the same
                 continue
