@@ -17,7 +17,7 @@ data, importing nothing, calls nothing).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,6 +143,25 @@ def read_policy(manifest: Path) -> Policy:
     return Policy(pickle=pickle, licenses=tuple(x.lower() for x in licenses)
                   if licenses is not None else None, remote_code=remote, path=display,
                   limits=ScanLimits(**bounds))
+
+
+def expected_scan(repo: LockedRepo, path: str,
+                  recorded: Mapping[str, PickleScan] | None = None) -> PickleScan | None:
+    """What the lock says the bytes of `path` hold, for sync's gate and audit to compare them
+    with: its record; "no pickle" for a file `lock` judges in a repo whose pickles were
+    recorded (a lock written by a judging wlock records every pickle it judged); None when
+    the lock says nothing: a file lock never judges (a README: its reader never unpickles;
+    "N.B." at its start is a pickle of None) or a repo locked before records were kept.
+    `recorded`: the repo's records by path, where the caller has them."""
+    from wlock.scan import judged_at_lock
+
+    found = (recorded.get(path) if recorded is not None
+             else next((p for p in repo.pickles if p.path == path), None))
+    if found is not None:
+        return found
+    if repo.pickles and judged_at_lock(repo.kind, path):
+        return PickleScan(path, (), False)
+    return None
 
 
 def judge_pickle(repo: str, scan: PickleScan, policy: Policy) -> list[Violation]:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from wlock.cache.layout import RepoPaths
 from wlock.models import Lock, PickleScan
-from wlock.policy import Policy, Violation, judge_repo
-from wlock.scan import is_judged, judge_file, judged_at_lock
+from wlock.policy import Policy, Violation, expected_scan, judge_repo
+from wlock.scan import is_judged, judge_file
 
 
 @dataclass
@@ -52,16 +52,12 @@ def audit(lock: Lock, policy: Policy, cache_dir: Path) -> AuditReport:
                 report.from_lock += 1
                 continue
             report.scanned += 1
-            # No record to differ from: a file lock never judges (judged_at_lock), or a repo
-            # locked before records were kept (none at all), as sync's gate reads them.
-            if f.path not in recorded and (not found.pickle or not repo.pickles
-                                           or not judged_at_lock(repo.kind, f.path)):
-                if found.pickle:
-                    scans.append(found)  # judged by the policy all the same
-                continue
-            scans.append(found)
-            old = recorded.get(f.path) or PickleScan(f.path, (), False)
-            if (old.imports, old.pickle) != (found.imports, found.pickle):
+            # Compared with what the lock says, as sync's gate compares them; where the lock
+            # says nothing, judged by the policy alone.
+            old = expected_scan(repo, f.path, recorded)
+            if found.pickle or old is not None:
+                scans.append(found)
+            if old is not None and (old.imports, old.pickle) != (found.imports, found.pickle):
                 added = sorted(set(found.imports) - set(old.imports))
                 report.violations.append(Violation(
                     "changed", repo.id, f.path, ", ".join(added),

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from wlock.errors import PolicyError
 from wlock.models import LockedFile, LockedRepo, PickleScan
-from wlock.policy import Policy, judge_pickle
-from wlock.scan import is_judged, judge_file, judged_at_lock
+from wlock.policy import Policy, expected_scan, judge_pickle
+from wlock.scan import is_judged, judge_file
 
 
 def admission(policy: Policy) -> Callable[[LockedRepo, LockedFile, str], None] | None:
@@ -28,16 +28,12 @@ def admission(policy: Policy) -> Callable[[LockedRepo, LockedFile, str], None] |
             return
         with open(temp, "rb") as handle:
             found = judge_file(handle, f.path, policy.limits, f.size)
-        recorded = next((p for p in repo.pickles if p.path == f.path), None)
         problems = [v.message for v in judge_pickle(repo.id, found, policy)]
-        # A lock written by a judging wlock records every pickle of the repo it judged;
-        # bytes that differ from that record are not the bytes `lock` judged. A file lock
-        # does not judge (a README: its reader never unpickles) has no record to differ
-        # from: the policy alone judges it ("N.B." at a README's start is a pickle of None).
-        if recorded is not None or (repo.pickles and judged_at_lock(repo.kind, f.path)):
-            old = recorded or PickleScan(f.path, (), False)
-            if (old.imports, old.pickle) != (found.imports, found.pickle):
-                problems.append(_differs(repo, found, old))
+        # Bytes that differ from what the lock says are not the bytes `lock` judged; where
+        # the lock says nothing, the policy alone judges them.
+        old = expected_scan(repo, f.path)
+        if old is not None and (old.imports, old.pickle) != (found.imports, found.pickle):
+            problems.append(_differs(repo, found, old))
         if problems:
             raise PolicyError(
                 "; ".join(problems) + " (refused before it was published: nothing of it is "
