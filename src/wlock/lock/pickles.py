@@ -10,13 +10,13 @@ to the file's locked size, and every later range is cut from that copy.
 
 from __future__ import annotations
 
-import io
 import re
 import tempfile
 from collections.abc import Callable
 from typing import IO
 
 from wlock.errors import HubError
+from wlock.scan.budget import SeekableReader
 
 BLOCK = 64 * 1024
 # A whole body kept in memory up to this, then on disk (a server that ignores Range).
@@ -45,33 +45,18 @@ def check_content_range(header: str | None, start: int, end: int, size: int,
     return None
 
 
-class RangeReader(io.RawIOBase):
+class RangeReader(SeekableReader):
     """A seekable read-only file over `fetch(start, end)` (an HTTP range, end exclusive,
     which must return exactly those bytes): what zipfile and the judgement read, fetched in
     blocks, each block once."""
 
     def __init__(self, size: int, fetch: Callable[[int, int], bytes],
                  block: int = BLOCK) -> None:
-        super().__init__()
-        self.size, self._fetch, self._block = size, fetch, block
-        self._pos = 0
+        super().__init__(size)
+        self._fetch, self._block = fetch, block
         self._blocks: dict[int, bytes] = {}
         self.bytes_read = 0  # what the ranges fetched
         self.requests = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
 
     def _get(self, index: int) -> bytes:
         if index not in self._blocks:

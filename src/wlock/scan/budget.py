@@ -91,6 +91,31 @@ class Budget:
             raise LimitReached("max_seconds", self.limits.max_seconds)
 
 
+class SeekableReader(io.RawIOBase):
+    """A read-only file of `size` bytes that seeks by moving its position: the base of the
+    readers the judgement reads through (a zip member's window, HTTP ranges), which supply
+    `readinto` from their position."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+
 # An argument larger than this is skipped (seeked over where the stream can seek), never held:
 # no module name, magic number or dtype is this long.
 KEEP_ARGUMENT = 4096

@@ -38,7 +38,15 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from wlock.scan.budget import MIB, Budget, LimitReached, ScanLimits, Source, Unjudged
+from wlock.scan.budget import (
+    MIB,
+    Budget,
+    LimitReached,
+    ScanLimits,
+    SeekableReader,
+    Source,
+    Unjudged,
+)
 from wlock.scan.unpickle import OPCODES, Call, Global, Walk, Walker
 
 TORCH_MAGIC = 0x1950A86A20F9469CFC6C  # torch/serialization.py MAGIC_NUMBER
@@ -188,29 +196,15 @@ def _zip(stream: BinaryIO | io.RawIOBase, budget: Budget, out: Judgement) -> Non
                 return
 
 
-class _Window(io.RawIOBase):
+class _Window(SeekableReader):
     """Bytes [start, start + length) of a seekable stream."""
 
     def __init__(self, stream: BinaryIO | io.RawIOBase, start: int, length: int) -> None:
-        super().__init__()
-        self._stream, self._start, self._length, self._pos = stream, start, length, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._length}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
+        super().__init__(length)
+        self._stream, self._start = stream, start
 
     def read(self, n: int = -1) -> bytes:
-        left = self._length - self._pos
+        left = self.size - self._pos
         n = left if n < 0 else min(n, left)
         if n <= 0:
             return b""
