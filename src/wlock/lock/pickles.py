@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import IO
 
 from wlock.errors import HubError
@@ -93,11 +93,11 @@ class WholeBody:
     def __init__(self) -> None:
         self.file: IO[bytes] | None = None
 
-    def keep(self, chunks: Callable[[], object], size: int) -> str | None:
+    def keep(self, chunks: Callable[[], Iterable[bytes]], size: int) -> str | None:
         """Spool the body; what is wrong with it (longer or shorter than `size`) or None."""
         spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY)  # noqa: SIM115
         got = 0
-        for chunk in chunks():  # type: ignore[attr-defined]
+        for chunk in chunks():
             got += len(chunk)
             if got > size:
                 spool.close()
