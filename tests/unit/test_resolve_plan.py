@@ -55,6 +55,33 @@ def test_a_loaders_entry_with_include_locks_the_file_and_stays_fresh(tmp_path: P
     assert hub.calls == [] and again.lock == first  # not re-resolved at every lock
 
 
+def test_a_lock_reads_each_small_file_once(tmp_path: Path) -> None:
+    """A pickle index is read by the loader's rule (its shards) and by the judgement's list
+    of shards: downloaded once for both."""
+    import json
+
+    from wlock.models import PickleScan
+
+    index = json.dumps({"weight_map": {"a": "pytorch_model-1.bin"}}).encode()
+    files = (LockedFile(path="config.json", size=2, git_sha1="a" * 40),
+             LockedFile(path="pytorch_model.bin.index.json", size=len(index), git_sha1="d" * 40),
+             LockedFile(path="pytorch_model-1.bin", size=5, sha256="e" * 64))
+    reads: list[str] = []
+
+    def read(kind: str, repo_id: str, revision: str, path: str) -> bytes:
+        reads.append(path)
+        return index if path.endswith(".index.json") else b"{}"
+
+    def snapshot(entry: ManifestEntry, revision: str) -> RemoteSnapshot:
+        return RemoteSnapshot(kind=entry.kind, hub_id=entry.id, revision=C1, files=files)
+
+    m = manifest(tmp_path, '[[model]]\nid = "acme/a"\nloader = "transformers"\n')
+    plan_lock(m, None, snapshot, read_file=read,
+              scan_pickle=lambda kind, repo_id, revision, f: PickleScan(f.path, (), False))
+    assert reads.count("pytorch_model.bin.index.json") == 1, reads
+    assert reads.count("config.json") == 1, reads
+
+
 class FakeHub:
     def __init__(self) -> None:
         self.heads = {"acme/a": C1, "acme/b": C1}

@@ -7,6 +7,7 @@ The semantics are uv's: `wlock lock` resolves only what is new or changed in wei
 from __future__ import annotations
 
 import fnmatch
+import threading
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -63,6 +64,25 @@ ScanPickle = Callable[[RepoKind, str, str, LockedFile], PickleScan]
 
 def _no_reads(kind: RepoKind, repo_id: str, revision: str, path: str) -> bytes:
     raise AssertionError(f"{repo_id}: {path} read without a reader")
+
+
+def _read_once(read_file: ReadFile) -> ReadFile:
+    """`read_file` asked once per small file of one lock: a loader's rule, the remote-code
+    pass and the judgement's list of shards read the same configs and indexes."""
+    known: dict[tuple[RepoKind, str, str, str], bytes] = {}
+    guard = threading.Lock()
+
+    def read(kind: RepoKind, repo_id: str, revision: str, path: str) -> bytes:
+        key = (kind, repo_id, revision, path)
+        with guard:
+            if key in known:
+                return known[key]
+        data = read_file(kind, repo_id, revision, path)
+        with guard:
+            known[key] = data
+        return data
+
+    return read
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +233,7 @@ def plan_lock(
     """
     kept, to_resolve = resolutions(manifest, previous, upgrade=upgrade,
                                    upgrade_packages=upgrade_packages)
+    read_file = _read_once(read_file)
 
     def resolve_one(entry: ManifestEntry, revision: str) -> Picked:
         snap = snapshot(entry, revision)
