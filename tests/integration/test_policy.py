@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, run_wlock, write_project
+from tests.conftest import Hub, Result, run_wlock, write_project
 from tests.pickle_corpus import CASES, EVIL, GOOD, MARKER, plain, reduce, torch_zip
 from wlock.lock.lockfile import read_lock
 
@@ -32,6 +32,17 @@ def padded(name: str, data: bytes) -> bytes:
     if name.endswith((".pkl", ".dat")) and name != "second-pickle.pkl":
         return data + b"\0" * PAD
     return data
+
+
+def sync_and_audit(hub: Hub, project: Path, cache: Path) -> Result:
+    """`wlock sync` then `wlock audit` of `project` into `cache`, both passing: audit's
+    result, for what it reports."""
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project)
+    assert synced.code == 0, synced.stderr
+    audited = run_wlock("audit", "--cache-dir", str(cache), cwd=project)
+    assert audited.code == 0, audited.stdout + audited.stderr
+    return audited
 
 
 def policy_project(tmp_path: Path, policy: str = "", entries: str = "") -> Path:
@@ -100,11 +111,7 @@ def test_every_benign_twin_locks_syncs_and_audits(hub: Hub, tmp_path: Path) -> N
     assert set(recorded) == set(twins)
     assert all("collections.OrderedDict" in p.imports and p.unreadable is None
                for p in recorded.values())
-    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                       cwd=project)
-    assert synced.code == 0, synced.stderr
-    audited = run_wlock("audit", "--cache-dir", str(cache), cwd=project)
-    assert audited.code == 0, audited.stdout + audited.stderr
+    audited = sync_and_audit(hub, project, cache)
     assert f"{len(twins) + 1} files judged from the bytes on disk" in audited.stderr
 
 
@@ -124,11 +131,7 @@ def test_a_readme_that_reads_as_a_pickle_is_not_refused(hub: Hub, tmp_path: Path
                              'loader = "all"\n')
     assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
     cache = tmp_path / "cache"
-    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                       cwd=project)
-    assert synced.code == 0, synced.stderr
-    audited = run_wlock("audit", "--cache-dir", str(cache), cwd=project)
-    assert audited.code == 0, audited.stdout + audited.stderr
+    sync_and_audit(hub, project, cache)
 
 
 def evil_pickle_repo(hub: Hub) -> tuple[str, bytes]:
@@ -390,11 +393,7 @@ def test_a_lock_made_before_records_is_judged_by_the_policy_not_called_changed(
     lock_file.write_text(re.sub(r"pickles = \[\n(?:  .*\n)*\]\n", "", lock_file.read_text()))
     assert not read_lock(lock_file).repos[0].pickles
     cache = tmp_path / "cache"
-    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                       cwd=project)
-    assert synced.code == 0, synced.stderr
-    audited = run_wlock("audit", "--cache-dir", str(cache), cwd=project)
-    assert audited.code == 0, audited.stdout + audited.stderr
+    sync_and_audit(hub, project, cache)
 
 
 def test_the_sbom_is_cyclonedx_1_6_and_validates(hub: Hub, tmp_path: Path) -> None:
