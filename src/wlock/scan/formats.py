@@ -220,12 +220,13 @@ class _Window(SeekableReader):
 
 
 class _Inflated(io.RawIOBase):
-    """A deflated member inflated as it is read, every byte charged to the budget."""
+    """A deflate stream inflated as it is read, every byte charged to the budget: a zip
+    member's raw deflate (`wbits` -15), or joblib's zlib stream with its header (15)."""
 
-    def __init__(self, raw: _Window, budget: Budget) -> None:
+    def __init__(self, raw: Any, budget: Budget, wbits: int = -zlib.MAX_WBITS) -> None:
         super().__init__()
         self._raw, self._budget = raw, budget
-        self._z = zlib.decompressobj(-15)
+        self._z = zlib.decompressobj(wbits)
 
     def readable(self) -> bool:
         return True
@@ -309,79 +310,42 @@ def _may_hold_objects(descr: Any) -> bool:
 # -- joblib's compressed dumps
 
 class _Counted(io.RawIOBase):
+    """A decompressing reader (gzip, bz2, lzma's) whose every byte is charged to the
+    budget."""
+
     def __init__(self, inner: Any, budget: Budget) -> None:
         super().__init__()
-        self._inner, self._budget, self._pos = inner, budget, 0
+        self._inner, self._budget = inner, budget
 
     def readable(self) -> bool:
         return True
 
-    def tell(self) -> int:
-        return self._pos
-
     def read(self, n: int = -1) -> bytes:
         data: bytes = self._inner.read(n)
         self._budget.inflate(len(data))
-        self._pos += len(data)
         return data
 
 
 def _compressed(stream: BinaryIO | io.RawIOBase, kind: str, budget: Budget,
                 out: Judgement) -> None:
-    opener: Any = {"gzip": gzip.GzipFile, "bz2": bz2.BZ2File, "xz": lzma.LZMAFile,
-                   "lzma": lzma.LZMAFile, "zlib": _Zlib}[kind]
     try:
-        inner = _Counted(opener(fileobj=stream) if kind == "gzip" else opener(stream),
-                         budget)
-        first = inner.read(1)
+        inner: Any
+        if kind == "zlib":
+            inner = io.BufferedReader(_Inflated(stream, budget, zlib.MAX_WBITS))
+        else:
+            opener: Any = {"gzip": gzip.GzipFile, "bz2": bz2.BZ2File, "xz": lzma.LZMAFile,
+                           "lzma": lzma.LZMAFile}[kind]
+            inner = _Counted(opener(fileobj=stream) if kind == "gzip" else opener(stream),
+                             budget)
+        src = Source(inner, budget)
+        first = src.peek(1)
         if not first or first not in OPCODES:
             return  # joblib.load would fail at its first byte: nothing called
-        rest = _Prefixed(first, inner)
-        _pickles(Source(rest, budget), out)
+        _pickles(src, out)
     except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError) as e:
         if out.unreadable is None and out.imports:
             out.pickle = True
             out.unreadable = f"the {kind} stream breaks ({e})"
-
-
-class _Zlib(io.RawIOBase):
-    """A zlib stream read forward (joblib's BinaryZlibFile writes one)."""
-
-    def __init__(self, stream: BinaryIO | io.RawIOBase) -> None:
-        super().__init__()
-        self._stream, self._z, self._buffer = stream, zlib.decompressobj(), bytearray()
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        while (n < 0 or len(self._buffer) < n) and not self._z.eof:
-            data = self._z.unconsumed_tail or self._stream.read(64 * 1024)
-            if not data:
-                break
-            self._buffer += self._z.decompress(data, 64 * 1024)
-        n = len(self._buffer) if n < 0 else n
-        out = bytes(self._buffer[:n])
-        del self._buffer[:n]
-        return out
-
-
-class _Prefixed(io.RawIOBase):
-    def __init__(self, first: bytes, inner: _Counted) -> None:
-        super().__init__()
-        self._first, self._inner = first, inner
-
-    def readable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._inner.tell() - len(self._first)
-
-    def read(self, n: int = -1) -> bytes:
-        if self._first:
-            head, self._first = self._first, b""
-            return head + (self._inner.read(n - 1) if n != 1 else b"")
-        return self._inner.read(n)
 
 
 # -- torch's legacy tar format
