@@ -32,7 +32,7 @@ from _common import WLOCK, machine, snapshot_download
 
 from wlock.hubserver.process import HubProcess
 from wlock.hubserver.store import StoreBuilder
-from wlock.lock.loaders import detect_loader, select
+from wlock.lock.loaders import Options, detect_loader, select
 from wlock.models import LockedFile
 from wlock.units import human_size
 
@@ -75,7 +75,8 @@ def full_size(repos: list[dict]) -> list[tuple[str, str, int, int, int, int]]:
         listing = [LockedFile(p, s, git_sha1="0" * 40) for p, s in repo["files"].items()]
         contents = small_files(repo)
         loader = detect_loader(repo.get("library"), repo["files"])
-        choice = select(loader, listing, lambda p: contents.get(p, b"{}"), repo.get("variant"))
+        choice = select(loader, listing, lambda p: contents.get(p, b"{}"),
+                        Options(variant=repo.get("variant")))
         return loader, listing, [f for f in listing if f.path in choice.paths], \
             [r.id for r in choice.requires]
 

@@ -12,16 +12,24 @@ RepoKind = Literal["model", "dataset"]
 REPO_KINDS: tuple[RepoKind, ...] = ("model", "dataset")
 
 
-Selection = tuple[str, tuple[str, ...], tuple[str, ...], str | None, str | None, str | None]
+Selection = tuple[str, tuple[str, ...], tuple[str, ...], str | None, str | None, str | None,
+                  tuple[str, ...]]
 
 
 def selection(ref: str, include: tuple[str, ...], exclude: tuple[str, ...],
               loader: str | None = None, variant: str | None = None,
-              base: str | None = None) -> Selection:
-    """A ref, its globs (order and repeats ignored, as the digest does), its loader, variant
-    and named base: what decides the locked set."""
+              base: str | None = None, extras: tuple[str, ...] = ()) -> Selection:
+    """A ref, its globs (order and repeats ignored, as the digest does), its loader, variant,
+    named base and other loader options (`extras`): what decides the locked set."""
     return (ref, tuple(sorted(set(include))), tuple(sorted(set(exclude))), loader, variant,
-            base)
+            base, extras)
+
+
+def loader_extras(config: str | None, split: str | None, mmproj: bool) -> tuple[str, ...]:
+    """The loader options an entry sets beyond variant and base, as `key=value` (only those
+    set, so an entry without them keeps its digest)."""
+    return tuple(f"{k}={v}" for k, v in (("config", config), ("split", split),
+                                         ("mmproj", None if mmproj else "false")) if v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +49,24 @@ class ManifestEntry:
     # An adapter's base named in weights.toml (`org/name` or `org/name@ref`), where its
     # adapter_config.json names a local folder: the base the peft loader requires instead.
     base: str | None = None
+    # A dataset's config and split (the datasets loader); a GGUF projector left out.
+    config: str | None = None
+    split: str | None = None
+    mmproj: bool = True
 
     @property
     def key(self) -> tuple[RepoKind, str]:
         return (self.kind, self.id)
 
     @property
+    def extras(self) -> tuple[str, ...]:
+        return loader_extras(self.config, self.split, self.mmproj)
+
+    @property
     def selection(self) -> Selection:
         """What decides the locked set: a lock entry is kept only while this is unchanged."""
         return selection(self.ref, self.include, self.exclude, self.loader, self.variant,
-                         self.base)
+                         self.base, self.extras)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +212,9 @@ class LockedRepo:
     loader: str | None = None
     variant: str | None = None
     base: str | None = None  # the adapter's base as weights.toml named it (`base`)
+    config: str | None = None  # a dataset's config, as weights.toml named it
+    split: str | None = None  # ... and its split(s)
+    mmproj: bool = True  # false: a GGUF repo's projector left out
     # Models this one cannot load without (an adapter's base, a remote-code repo), each
     # locked as an entry of its own; an entry weights.toml does not list is there only
     # because something requires it.
@@ -225,9 +244,13 @@ class LockedRepo:
         return self.licenses[0] if self.licenses else None
 
     @property
+    def extras(self) -> tuple[str, ...]:
+        return loader_extras(self.config, self.split, self.mmproj)
+
+    @property
     def selection(self) -> Selection:
         return selection(self.requested, self.include, self.exclude, self.loader, self.variant,
-                         self.base)
+                         self.base, self.extras)
 
     @property
     def size(self) -> int:

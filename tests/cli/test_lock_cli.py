@@ -195,7 +195,7 @@ def test_invalid_manifest_exits_4_naming_file_line_and_key(hub: Hub, tmp_path: P
     assert result.code == 4
     assert result.stderr == (
         f"error: {project}/weights.toml:3: `model.revision`: unknown key\n"
-        "hint: An entry takes id, ref, include, exclude, loader, variant, base.\n"
+        "hint: An entry takes id, ref, include, exclude, loader, variant, base, config, split, mmproj.\n"
     )
     write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\ninclude = ["*.gguf"]\n')
     glob = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)

@@ -10,6 +10,7 @@ import pytest
 from wlock.lock.loaders import (
     AUTO_MAP_CONFIGS,
     LoaderProblem,
+    Options,
     Requirement,
     collapse,
     detect_loader,
@@ -104,13 +105,13 @@ def test_transformers_variant_and_remote_code_from_another_repo() -> None:
         "tokenizer_config.json": {"auto_map": {"AutoTokenizer": ["acme/tok--tok.T", None]}}})
     paths = listing("config.json", "tokenizer_config.json", "model.safetensors",
                     "model.fp16.safetensors", "modeling_x.py")
-    choice = select("transformers", paths, read, "fp16")
+    choice = select("transformers", paths, read, Options(variant="fp16"))
     assert sorted(choice.paths) == ["config.json", "model.fp16.safetensors", "modeling_x.py",
                                     "tokenizer_config.json"]
     assert [r.id for r in choice.requires] == ["acme/code", "acme/tok"]
     assert choice.requires[0].include == ("*.py",) and choice.requires[0].ref == "main"
     with pytest.raises(LoaderProblem, match="no 'int8' variant"):
-        select("transformers", paths, read, "int8")
+        select("transformers", paths, read, Options(variant="int8"))
 
 
 @pytest.mark.parametrize("loader", ["all", "transformers", "sentence-transformers"])
@@ -213,7 +214,8 @@ SD_INDEX = {"_class_name": "StableDiffusionPipeline", "_diffusers_version": "0.6
 @pytest.mark.parametrize("variant", [None, "fp16"])
 def test_diffusers_takes_the_components_in_one_format_and_the_variant(variant: str | None
                                                                       ) -> None:
-    choice = select("diffusers", listing(*SD), Reader({"model_index.json": SD_INDEX}), variant)
+    choice = select("diffusers", listing(*SD), Reader({"model_index.json": SD_INDEX}),
+                    Options(variant=variant))
     dot = f".{variant}" if variant else ""
     assert sorted(choice.paths) == sorted([
         "README.md", "model_index.json", "feature_extractor/preprocessor_config.json",
@@ -259,20 +261,20 @@ def test_gguf_locks_a_vision_models_projector_with_any_quantization() -> None:
     vision = ("README.md", "gemma-3-4b-it-Q4_K_M.gguf", "gemma-3-4b-it-Q8_0.gguf",
               "mmproj-model-f16.gguf")
     for quant in ("Q4_K_M", "Q8_0"):
-        choice = select("gguf", listing(*vision), Reader({}), quant)
+        choice = select("gguf", listing(*vision), Reader({}), Options(variant=quant))
         assert "mmproj-model-f16.gguf" in choice.paths, quant
     assert "gemma-3-4b-it-Q8_0.gguf" not in select("gguf", listing(*vision), Reader({}),
-                                                   "Q4_K_M").paths
+                                                   Options(variant="Q4_K_M")).paths
     with pytest.raises(LoaderProblem, match="no GGUF file of the quantization 'F16'"):
-        select("gguf", listing(*vision), Reader({}), "F16").paths  # noqa: B018
+        select("gguf", listing(*vision), Reader({}), Options(variant="F16")).paths  # noqa: B018
     one = select("gguf", listing("model-Q4_K_M.gguf", "mmproj-model-f16.gguf"), Reader({}))
     assert sorted(one.paths) == ["mmproj-model-f16.gguf", "model-Q4_K_M.gguf"]
 
 
 def test_gguf_takes_one_quantization_with_all_its_parts() -> None:
-    choice = select("gguf", listing(*GGUF), Reader({}), "Q4_K_M")
+    choice = select("gguf", listing(*GGUF), Reader({}), Options(variant="Q4_K_M"))
     assert sorted(choice.paths) == ["README.md", "config.json", "llama-2-7b.Q4_K_M.gguf"]
-    q8 = select("gguf", listing(*GGUF), Reader({}), "q8_0")
+    q8 = select("gguf", listing(*GGUF), Reader({}), Options(variant="q8_0"))
     assert sorted(q8.paths) == ["Q8_0/llama-2-70b.Q8_0-00001-of-00002.gguf",
                                 "Q8_0/llama-2-70b.Q8_0-00002-of-00002.gguf", "README.md",
                                 "config.json", "llama-2-7b.Q8_0.gguf"]
@@ -280,7 +282,7 @@ def test_gguf_takes_one_quantization_with_all_its_parts() -> None:
         select("gguf", listing(*GGUF), Reader({}))
     assert "Q2_K, Q4_K_M, Q4_K_S, Q8_0" in e.value.hint
     with pytest.raises(LoaderProblem, match="no GGUF file of the quantization 'Q4_K'"):
-        select("gguf", listing(*GGUF), Reader({}), "Q4_K")
+        select("gguf", listing(*GGUF), Reader({}), Options(variant="Q4_K"))
     split = listing("m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf")
     assert len(select("gguf", split, Reader({})).paths) == 2  # one model: no variant needed
 
@@ -316,3 +318,22 @@ def test_the_loader_comes_from_library_name_else_the_files(
 def test_collapse_writes_a_folder_none_of_whose_files_is_kept_once() -> None:
     left = ["onnx/a.onnx", "onnx/b.onnx", "tf_model.h5", "x/drop.bin", "x/y/z.bin"]
     assert collapse(left, ["x/keep.json"]) == ["onnx/", "tf_model.h5", "x/drop.bin", "x/y/"]
+
+
+def test_tree_why_explains_a_file_under_a_left_out_folder() -> None:
+    """`onnx/` is recorded once, as a folder: a file under it is explained as left out,
+    never "in no locked repo's files" (issue 37), whichever way the path is written."""
+    from wlock.lock.tree import explain
+    from wlock.models import Lock, LockedRepo
+
+    repo = LockedRepo("model", "acme/bert", "main", "0" * 40,
+                      listing("config.json", "model.safetensors"), loader="transformers",
+                      skipped=("onnx/", "tf_model.h5"))
+    lock = Lock("blake3:" + "0" * 64, (repo,))
+    for path in ("onnx/model.onnx", "./onnx/model.onnx", "onnx", "onnx/"):
+        lines = explain(lock, path)
+        shown = "onnx/" if path.startswith("onnx") and "." not in path else path[2:] \
+            if path.startswith("./") else path
+        assert lines[0].startswith(f"acme/bert: {shown} is not locked: an "
+                                   "ONNX export; it locks model.safetensors"), (path, lines)
+        assert "add it to `include`" in lines[0]

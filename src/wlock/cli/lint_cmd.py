@@ -43,6 +43,7 @@ def lint(paths: tuple[Path, ...], fmt: str, as_json: bool, fix: bool, fail_on_dy
       WL105  trust_remote_code without code_revision    (fixable)
       WL106  pipeline(task) without model=
       WL107  peft adapter whose base model is not locked
+      WL108  load_dataset of a config or split the lock does not hold
       WL200  repo id or revision not a literal          (warning; --fail-on-dynamic)
 
     \b

@@ -48,6 +48,12 @@ def init(settings: Settings) -> None:
 @click.option("--base", metavar="ORG/NAME[@REF]",
               help="An adapter's base model, where its adapter_config.json names a local "
               "folder (written as `base` on the entry; needs the peft loader).")
+@click.option("--config", "config", metavar="NAME",
+              help="A dataset's config, as load_dataset(ID, NAME) names it: only its data "
+              "files are locked (the datasets loader).")
+@click.option("--split", metavar="SPLIT",
+              help="Only this split of the config (train, or train+test), as load_dataset's "
+              "split= names it.")
 @click.option("--no-lock", is_flag=True,
               help="Only edit weights.toml: do not ask the Hub or update weights.lock.")
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30, show_default=True,
@@ -57,8 +63,8 @@ def init(settings: Settings) -> None:
 @common_options
 def add(
     spec: str, dataset: bool, include: tuple[str, ...], exclude: tuple[str, ...],
-    loader: str | None, variant: str | None, base: str | None, no_lock: bool, timeout: float,
-    settings: Settings,
+    loader: str | None, variant: str | None, base: str | None, config: str | None,
+    split: str | None, no_lock: bool, timeout: float, settings: Settings,
 ) -> None:
     """Add a model or dataset to weights.toml (or update its ref and globs), and lock it.
 
@@ -68,10 +74,11 @@ def add(
     that match nothing leave weights.toml as it was and say why. --no-lock (or --offline)
     only edits weights.toml.
 
-    A new model gets a `loader` (written into weights.toml, so the choice is reviewed): the
-    library that loads it, from the Hub's library_name or its files. Its rule locks the files
-    that library reads (one format of the weights, the shards its index names) and the models
-    it requires (an adapter's base); `--loader all` locks every file.
+    A new entry gets a `loader` (written into weights.toml, so the choice is reviewed): the
+    library that loads it, from the Hub's library_name or its files. Its rule leaves out only
+    what that library never reads (other formats and variants of the weights, other configs
+    of a dataset) and locks the models it requires (an adapter's base); `--include` adds a
+    left-out file back, `--exclude` drops one, `--loader all` locks every file.
 
     \b
     Examples:
@@ -79,40 +86,59 @@ def add(
       wlock add acme/llama-lora                 # locks the adapter and its base model
       wlock add acme/lora --base meta-llama/Llama-3.1-8B@main   # its config names a folder
       wlock add TheBloke/Llama-2-7B-GGUF --variant Q4_K_M
+      wlock add HuggingFaceFW/fineweb-edu --dataset --config sample-10BT
+      wlock add stanfordnlp/imdb --dataset --split train
+      wlock add stanfordnlp/imdb@refs/convert/parquet --dataset --config plain_text
       wlock add Qwen/Qwen2.5-0.5B@main --loader all --include '*.json' --include '*.safetensors'
-      wlock add stanfordnlp/imdb@v1.0 --dataset --exclude '*.tar.gz'
     """
     from wlock.lock.manifest import MANIFEST_NAME, add_entry, parse_requirement, read_manifest
 
     repo_id, ref = parse_requirement(spec)
     kind: RepoKind = "dataset" if dataset else "model"
-    if dataset and (loader or variant):
-        raise click.UsageError("--loader and --variant are for models: a dataset locks every "
-                               "file (choose with --include/--exclude)")
+    from wlock.lock.loaders import DATASET_LOADERS
+
+    if dataset and (variant or base):
+        raise click.UsageError("--variant and --base are for models")
+    if dataset and loader is not None and loader not in DATASET_LOADERS:
+        raise click.UsageError(f"--loader {loader} loads models: a dataset's loader is "
+                               "`datasets` (or `all`: every file)")
+    if not dataset and (config or split or loader == "datasets"):
+        raise click.UsageError("--config, --split and --loader datasets are for a dataset: "
+                               "add --dataset")
+    chosen_by = "--loader" if loader else None
+    if (config or split) and loader is None:
+        loader, chosen_by = "datasets", "--config" if config else "--split"
     project = settings.project()
     path = project / MANIFEST_NAME
     listed = any(e.key == (kind, repo_id) for e in read_manifest(path).entries)
-    chosen_by = "--loader" if loader else None
     if variant and not loader and not listed and (no_lock or settings.offline):
         raise click.UsageError("--variant needs --loader when the Hub is not asked")
-    if kind == "model" and loader is None and not listed and not (no_lock or settings.offline):
+    if loader is None and not listed and not (no_lock or settings.offline):
         from wlock.errors import WlockError
         from wlock.lock.hub import HubClient
-        from wlock.lock.loaders import detect_loader
+        from wlock.lock.loaders import datasets, detect_loader
 
+        client = HubClient(settings.endpoint, settings.token, timeout=timeout)
         try:
-            snap = HubClient(settings.endpoint, settings.token, timeout=timeout).snapshot(
-                kind, repo_id, ref or "main")
+            snap = client.snapshot(kind, repo_id, ref or "main")
+            if kind == "dataset":
+                # The datasets loader when the card or the layout tells it what to read.
+                usable = datasets.usable(frozenset(f.path for f in snap.files), lambda p: (
+                    client.read_file(kind, snap.hub_id, snap.revision, p)))
+                loader = "datasets" if usable else "all"
+                chosen_by = "its card and files"
         except WlockError as e:
             e.hint = ((e.hint + "\n") if e.hint else "") + f"{MANIFEST_NAME} was left as it was."
             raise
-        loader = detect_loader(snap.library_name, (f.path for f in snap.files))
-        chosen_by = (f"the Hub's library_name {snap.library_name!r}" if snap.library_name
-                     and loader != "all" else "its files")
+        if kind == "model":
+            loader = detect_loader(snap.library_name, (f.path for f in snap.files))
+            chosen_by = (f"the Hub's library_name {snap.library_name!r}" if snap.library_name
+                         and loader != "all" else "its files")
     before = path.read_bytes()
     if base is not None:
         parse_requirement(base)  # a usage error (exit 2) before anything is written
-    new = add_entry(path, kind, repo_id, ref, include, exclude, loader, variant, base)
+    new = add_entry(path, kind, repo_id, ref, include, exclude, loader, variant, base, config,
+                    split)
     verb = "Added" if new else "Updated"
     revision = None
     result = None
@@ -138,7 +164,8 @@ def add(
         revision = entry.revision
     if settings.json:
         emit({"manifest": str(path), "kind": kind, "id": repo_id, "ref": ref, "added": new,
-              "revision": revision, "loader": loader, "variant": variant,
+              "revision": revision, "loader": loader, "variant": variant, "config": config,
+              "split": split,
               "selected": list(result.selected) if result else []})
     how = f" (loader {loader}, from {chosen_by})" if loader and chosen_by else ""
     if revision is None:

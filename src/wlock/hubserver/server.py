@@ -797,10 +797,15 @@ class _Handler(BaseHTTPRequestHandler):
         def ref(kind: str, name: str, sha: str) -> dict[str, str]:
             return {"name": name, "ref": f"refs/{kind}/{name}", "targetCommit": sha}
 
+        # A branch committed as `refs/convert/parquet` is the Hub's parquet conversion: a
+        # `convert` ref, resolved by its full name (`revision=refs/convert/parquet`).
+        converts = {n: s for n, s in repo.branches.items() if n.startswith("refs/convert/")}
         self._send_json({
-            "branches": [ref("heads", n, s) for n, s in sorted(repo.branches.items())],
+            "branches": [ref("heads", n, s) for n, s in sorted(repo.branches.items())
+                         if n not in converts],
             "tags": [ref("tags", n, s) for n, s in sorted(repo.tags.items())],
-            "converts": [],
+            "converts": [ref("convert", n.removeprefix("refs/convert/"), s)
+                         for n, s in sorted(converts.items())],
         })
 
     def _paths_info(self, repo: Repo, commit: Commit, body: bytes) -> None:

@@ -31,6 +31,7 @@ CODES: dict[str, str] = {
     "WL105": "remote code without a pinned code_revision",
     "WL106": "pipeline() downloads the task's default model",
     "WL107": "adapter whose base model is not locked",
+    "WL108": "dataset config or split that weights.lock does not hold",
     "WL200": "repo id or revision the linter cannot see",
 }
 SEVERITIES = ("error", "warning", "off")

@@ -38,6 +38,8 @@ def judge(site: LoadSite, lock: Lock | None, settings: LintSettings) -> Finding 
     code, message, fix = _verdict(site, lock)
     if code is None and lock is not None:
         code, message, fix = _adapter_verdict(site, lock)
+    if code is None and lock is not None:
+        code, message, fix = _dataset_verdict(site, lock)
     if code is None:
         return None
     level = settings.level(code)
@@ -142,6 +144,29 @@ def _adapter_verdict(site: LoadSite, lock: Lock) -> tuple[str | None, str, str |
     if missing:
         return ("WL107", f"{what}, whose base model {missing[0]} is not in weights.lock; "
                 "run `wlock lock`", None)
+    return None, "", None
+
+
+def _dataset_verdict(site: LoadSite, lock: Lock) -> tuple[str | None, str, str | None]:
+    """A dataset locked by config (and split) holds that config's files only: a load of
+    another config or split fails offline, or fetches what the lock does not pin."""
+    from wlock.lock.loaders.datasets import split_names
+
+    if site.family != "datasets" or site.repo_id is None:
+        return None, "", None
+    entry = _find(lock, site)
+    if entry is None or entry.loader != "datasets":
+        return None, "", None
+    what = f'{site.call}() loads dataset "{site.repo_id}"'
+    if entry.config is not None and site.config is not None and site.config != entry.config:
+        return ("WL108", f'{what} config "{site.config}", but weights.lock holds its config '
+                f'"{entry.config}" only; run `wlock add {site.repo_id} --dataset --config '
+                f'{site.config}`, or load "{entry.config}"', None)
+    if entry.split is not None and site.split is not None and not set(
+            split_names(site.split)) <= set(split_names(entry.split)):
+        return ("WL108", f'{what} split "{site.split}", but weights.lock holds its split '
+                f'"{entry.split}" only; run `wlock add {site.repo_id} --dataset --split '
+                f'{site.split}` (or without --split)', None)
     return None, "", None
 
 

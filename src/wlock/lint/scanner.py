@@ -89,6 +89,9 @@ class LoadSite:
     literal: bool = True  # False: a string built with + or an f-string (--fix leaves it)
     via: str | None = None  # a helper's call: "through snapshot_download() at utils.py:12"
     helper_param: str | None = None  # that helper's parameter holding the id
+    # load_dataset's config (`name=`, or the second argument) and `split=`, when literals.
+    config: str | None = None
+    split: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,7 +442,8 @@ class _Visitor:
     def _add(
         self, call: ast.Call, family: str, repo: Repo, kind: RepoKind,
         param: str = "revision", *, default_model: bool = False,
-        revision: Revision | None = None,
+        revision: Revision | None = None, config: str | None = None,
+        split: str | None = None,
     ) -> None:
         state, repo_id, origin, expr = repo
         if state == "local" or (state == "absent" and not default_model):
@@ -449,7 +453,7 @@ class _Visitor:
             col=self._col(call), end_line=call.end_lineno or call.lineno,
             call=_dotted(call.func), family=family, repo_id=repo_id, repo_kind=kind,
             param=param, revision=revision or self._revision(call, param),
-            default_model=default_model, origin=origin, expr=expr,
+            default_model=default_model, origin=origin, expr=expr, config=config, split=split,
         ))
 
     def _remote_code(self, call: ast.Call, family: str, repo: Repo) -> None:
@@ -496,7 +500,9 @@ class _Visitor:
         elif name in ("load_dataset", "load_dataset_builder"):
             repo = self._repo(self._arg(node, 0, "path"))
             if repo[1] not in PACKAGED_BUILDERS:
-                self._add(node, "datasets", repo, "dataset")
+                self._add(node, "datasets", repo, "dataset",
+                          config=self._string(self._arg(node, 1, "name")),
+                          split=self._string(self._arg(node, None, "split")))
         elif name in METADATA:
             repo_type = self._string(self._arg(node, None, "repo_type"))
             if repo_type != "space":

@@ -18,7 +18,8 @@ from wlock.lock.tomlpos import TomlLocator, read_toml
 from wlock.models import REPO_KINDS, Manifest, ManifestEntry, RepoKind
 
 MANIFEST_NAME = "weights.toml"
-ENTRY_KEYS = ("id", "ref", "include", "exclude", "loader", "variant", "base")
+ENTRY_KEYS = ("id", "ref", "include", "exclude", "loader", "variant", "base", "config", "split",
+              "mmproj")
 TOP_LEVEL_KEYS = (*REPO_KINDS, "tool")
 
 
@@ -57,6 +58,7 @@ def manifest_digest(entries: Iterable[ManifestEntry]) -> str:
         [e.kind, e.id, e.ref, sorted(set(e.include)), sorted(set(e.exclude))]
         + ([e.loader or "all", e.variant or ""] if e.loader or e.variant else [])
         + ([f"base={e.base}"] if e.base else [])
+        + list(e.extras)
         for e in entries
     )
     data = json.dumps(canonical, separators=(",", ":"), ensure_ascii=False).encode()
@@ -145,15 +147,35 @@ def _parse_entry(
         if not isinstance(value, list) or not all(isinstance(g, str) and g for g in value):
             raise fail(key, "must be a list of glob patterns, like [\"*.safetensors\"]")
         globs[key] = tuple(value)
-    from wlock.lock.loaders import LOADERS, VARIANT_LOADERS
+    from wlock.lock.loaders import DATASET_LOADERS, LOADERS, VARIANT_LOADERS
 
     loader, variant = item.get("loader"), item.get("variant")
     if loader is not None and loader not in LOADERS:
         raise fail("loader", f"unknown loader {loader!r}",
                    hint=f"One of: {', '.join(LOADERS)} (`all`: every file of the repo).")
-    if loader is not None and kind == "dataset":
-        raise fail("loader", "a dataset has no loader: every file is locked (use include/"
-                   "exclude to choose)")
+    if kind == "dataset" and loader is not None and loader not in DATASET_LOADERS:
+        raise fail("loader", f"{loader!r} loads models: a dataset's loader is "
+                   "\"datasets\" (or \"all\": every file)", hint='Set loader = "datasets".')
+    if kind == "model" and loader == "datasets":
+        raise fail("loader", "the datasets loader is for a [[dataset]] entry",
+                   hint="Move the entry under [[dataset]], or pick a model's loader.")
+    config, split = item.get("config"), item.get("split")
+    for key, value in (("config", config), ("split", split)):
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip():
+            raise fail(key, f"{value!r} is not a {key} name",
+                       hint='Like config = "sample-10BT", split = "train".')
+        if loader != "datasets":
+            raise fail(key, f"`{key}` is a dataset's: it needs loader = \"datasets\", not "
+                       f"{loader or 'none'}", hint=f'Set loader = "datasets", or remove `{key}`.')
+    mmproj = item.get("mmproj", True)
+    if not isinstance(mmproj, bool):
+        raise fail("mmproj", f"{mmproj!r} is not true or false",
+                   hint="mmproj = false leaves a GGUF repo's projector out.")
+    if mmproj is False and loader != "gguf":
+        raise fail("mmproj", f"`mmproj` is the gguf loader's, not {loader or 'none'}'s",
+                   hint='Set loader = "gguf", or remove `mmproj`.')
     if variant is not None:
         if not isinstance(variant, str) or not variant or not variant.replace("_", "").replace(
                 "-", "").isalnum():
@@ -175,7 +197,8 @@ def _parse_entry(
                        hint='Set loader = "peft", or remove `base`.')
     return ManifestEntry(
         kind=kind, id=repo_id, ref=ref, include=globs["include"], exclude=globs["exclude"],
-        line=header, loader=loader, variant=variant, base=base,
+        line=header, loader=loader, variant=variant, base=base, config=config, split=split,
+        mmproj=mmproj,
     )
 
 
@@ -225,9 +248,11 @@ def add_entry(
     loader: str | None = None,
     variant: str | None = None,
     base: str | None = None,
+    config: str | None = None,
+    split: str | None = None,
 ) -> bool:
-    """Add the entry or update the one with the same id (its ref, globs, loader, variant and
-    base where given). Returns True when it was new."""
+    """Add the entry or update the one with the same id (its ref, globs, loader, variant,
+    base, config and split where given). Returns True when it was new."""
     import tomlkit
 
     read_manifest(path)  # refuse to edit a file we could not read back
@@ -241,7 +266,8 @@ def add_entry(
                 for key, value in (("include", include), ("exclude", exclude)):
                     if value:
                         table[key] = list(value)
-                for key, text in (("loader", loader), ("variant", variant), ("base", base)):
+                for key, text in (("loader", loader), ("variant", variant), ("base", base),
+                                  ("config", config), ("split", split)):
                     if text:
                         table[key] = text
                 write_text_atomic(path, _dumps(doc))
@@ -255,6 +281,10 @@ def add_entry(
         table["variant"] = variant
     if base:
         table["base"] = base
+    if config:
+        table["config"] = config
+    if split:
+        table["split"] = split
     if include:
         table["include"] = list(include)
     if exclude:

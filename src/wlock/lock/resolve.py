@@ -24,7 +24,7 @@ from wlock.errors import (
     WlockError,
 )
 from wlock.lock.hub import DEFAULT_TIMEOUT, HubClient, RemoteSnapshot
-from wlock.lock.loaders import LoaderProblem, Requirement, collapse, detect_loader
+from wlock.lock.loaders import LoaderProblem, Options, Requirement, collapse, detect_loader
 from wlock.lock.lockfile import (
     LOCK_NAME,
     conflict_sides,
@@ -96,16 +96,21 @@ class Picked:
     code: tuple[str, ...] = ()
 
 
-def pick(snap: RemoteSnapshot, loader: str | None, variant: str | None,
-         read_file: ReadFile, base: str | None = None) -> Picked:
+def options_of(entry: ManifestEntry) -> Options:
+    """What weights.toml's entry tells its loader."""
+    return Options(variant=entry.variant, base=entry.base, mmproj=entry.mmproj,
+                   config=entry.config, split=entry.split)
+
+
+def pick(snap: RemoteSnapshot, loader: str | None, options: Options,
+         read_file: ReadFile) -> Picked:
     """Apply `loader`'s rule to a listed repo. Raises LoaderProblem when it cannot choose."""
     from wlock.lock.loaders import select
 
     if loader is None or loader == "all":
         return Picked(snap, snap.files)
     choice = select(loader, snap.files,
-                    lambda path: read_file(snap.kind, snap.hub_id, snap.revision, path), variant,
-                    base)
+                    lambda path: read_file(snap.kind, snap.hub_id, snap.revision, path), options)
     return Picked(snap, tuple(f for f in snap.files if f.path in choice.paths),
                   choice.requires, choice.notes, choice.code)
 
@@ -238,12 +243,14 @@ def plan_lock(
     def resolve_one(entry: ManifestEntry, revision: str) -> Picked:
         snap = snapshot(entry, revision)
         try:
-            return pick(snap, entry.loader, entry.variant, read_file, entry.base)
+            return pick(snap, entry.loader, options_of(entry), read_file)
         except LoaderProblem as e:
+            key = next((k for k in ("variant", "config", "split") if getattr(entry, k)),
+                       "loader")
             raise InvalidFileError(
                 manifest.path, f"{entry.id} at {snap.revision[:7]}: {e.message}",
-                line=glob_line(Path(manifest.path), entry, "variant" if entry.variant else
-                               "loader"), key=f"{entry.kind}.loader", hint=e.hint) from None
+                line=glob_line(Path(manifest.path), entry, key),
+                key=f"{entry.kind}.{key}", hint=e.hint) from None
 
     resolved: dict[tuple[str, str], Picked] = {}
     if to_resolve:
@@ -298,6 +305,7 @@ def plan_lock(
         repo = _locked(entry.kind, entry.id, entry.ref, snap, files, entry.include,
                        entry.exclude, entry.loader, entry.variant, picked.requires,
                        picked.code, entry.base)
+        repo = replace(repo, config=entry.config, split=entry.split, mmproj=entry.mmproj)
         repos.append(repo)
         pending += [(r, entry.id) for r in picked.requires]
         if entry.loader is not None:
@@ -413,7 +421,7 @@ def _dependencies(
         loader = None if requirement.include else detect_loader(
             snap.library_name, (f.path for f in snap.files))
         try:
-            picked = pick(snap, loader, None, read_file)
+            picked = pick(snap, loader, Options(), read_file)
         except LoaderProblem:
             loader, picked = None, Picked(snap, snap.files)  # every file: it still loads
         files, _ = select_files(picked.files, requirement.include, ())

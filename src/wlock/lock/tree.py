@@ -55,7 +55,11 @@ def _reachable(name: str, roots: list[LockedRepo], models: dict[str, LockedRepo]
 
 
 def explain(lock: Lock, path: str) -> list[str]:
-    """Why `path` is, or is not, locked, for each repo whose listing it is in (or might be)."""
+    """Why `path` is, or is not, locked, for each repo whose listing it is in (or might be).
+    `path` as a user types it: `./onnx/model.onnx`, or a folder (`onnx`, `onnx/`)."""
+    import posixpath
+
+    path = posixpath.normpath(path.replace("\\", "/")).lstrip("/")
     lines = []
     for repo in lock.repos:
         loader = repo.loader or "all"
@@ -68,11 +72,17 @@ def explain(lock: Lock, path: str) -> list[str]:
                 "every file of the repo is locked")
             lines.append(f"{repo.id}: {path} is locked ({what})")
             continue
-        folder = next((s for s in repo.skipped if s == path or (
+        folder = next((s for s in repo.skipped if s in (path, path + "/") or (
             s.endswith("/") and path.startswith(s))), None)
         if folder is not None:
+            if folder == path + "/":
+                path = folder  # a folder none of whose files is locked
             kind = describe(path) or describe(folder)
             because = kind or f"a file {loader} does not read"
+            if loader == "datasets":
+                because = ("not a data file of " + (f"config {repo.config!r}" if repo.config
+                                                    else "the default config")
+                           + (f", split {repo.split!r}" if repo.split else ""))
             instead = f"; it locks {', '.join(weights[:3])}" + (
                 ", ..." if len(weights) > 3 else "") if weights else ""
             lines.append(f"{repo.id}: {path} is not locked: {because}{instead} (the {loader} "

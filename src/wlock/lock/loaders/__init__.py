@@ -21,7 +21,9 @@ from wlock.models import LockedFile
 Read = Callable[[str], bytes]
 
 LOADERS = ("transformers", "sentence-transformers", "diffusers", "peft", "gguf", "timm",
-           "open_clip", "all")
+           "open_clip", "datasets", "all")
+# The loaders of a dataset entry; every other loader but `all` is a model's.
+DATASET_LOADERS = ("datasets", "all")
 # The loaders whose `variant` means something: a weights variant (`fp16`) or a GGUF quant.
 VARIANT_LOADERS = ("transformers", "diffusers", "gguf")
 
@@ -89,8 +91,20 @@ def detect_loader(library_name: str | None, paths: Iterable[str]) -> str:
     return "all"
 
 
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What an entry tells its loader beyond the repo: a variant or quant, an adapter's base
+    (`org/name@ref`), a projector left out (`mmproj = false`), a dataset's config and split."""
+
+    variant: str | None = None
+    base: str | None = None
+    mmproj: bool = True
+    config: str | None = None
+    split: str | None = None
+
+
 def select(loader: str, files: Sequence[LockedFile], read: Read,
-           variant: str | None = None, base: str | None = None) -> Choice:
+           options: Options = Options()) -> Choice:
     """The files `loader` reads from a repo listed as `files`, and the repos it requires.
 
     Raises LoaderProblem when the rule cannot choose.
@@ -98,7 +112,12 @@ def select(loader: str, files: Sequence[LockedFile], read: Read,
     paths = frozenset(f.path for f in files)
     if loader == "all":
         return _with_remote_code(Choice(paths), read)
-    choice = _select(loader, paths, read, variant, base)
+    if loader == "datasets":  # data files run no code: no auto_map to follow
+        from wlock.lock.loaders import datasets
+
+        return datasets.select(paths, read, options.config, options.split,
+                               {f.path: f.size for f in files})
+    choice = _select(loader, paths, read, options)
     large = sorted(f"{f.path} ({f.size / 1e6:.0f} MB)" for f in files
                    if f.path in choice.paths and f.size > LARGE_KEPT and describe(f.path) is None)
     if large:
@@ -108,8 +127,7 @@ def select(loader: str, files: Sequence[LockedFile], read: Read,
     return choice
 
 
-def _select(loader: str, paths: frozenset[str], read: Read, variant: str | None,
-            base: str | None = None) -> Choice:
+def _select(loader: str, paths: frozenset[str], read: Read, options: Options) -> Choice:
     from wlock.lock.loaders import (
         diffusers,
         gguf,
@@ -124,14 +142,17 @@ def _select(loader: str, paths: frozenset[str], read: Read, variant: str | None,
         "transformers": transformers.select,
         "sentence-transformers": sentence_transformers.select,
         "diffusers": diffusers.select,
-        "peft": peft.select,
-        "gguf": gguf.select,
         "timm": timm.select,
         "open_clip": open_clip.select,
     }
+    variant = options.variant
     if loader == "peft":
-        return _with_remote_code(peft.select(paths, read, variant, base), read)
-    return _with_remote_code(rules[loader](paths, read, variant), read)
+        choice = peft.select(paths, read, variant, options.base)
+    elif loader == "gguf":
+        choice = gguf.select(paths, read, variant, options.mmproj)
+    else:
+        choice = rules[loader](paths, read, variant)
+    return _with_remote_code(choice, read)
 
 
 # Every config a library reads `auto_map` from: transformers' AutoConfig (config.json), its
@@ -183,27 +204,13 @@ def remote_code(paths: frozenset[str], read: Read
 
 # -- shared by the rules ----------------------------------------------------------------------
 
-# Files a library reads beside its weights: configs, tokenizers, processors, chat templates,
-# remote code, and the card and licence (small, and what an auditor reads offline). Weights
-# are never matched here: they are chosen by `weights()`.
-_SMALL_SUFFIXES = (".json", ".txt", ".model", ".py", ".jinja", ".tiktoken", ".vocab", ".spm",
-                   ".bpe", ".md", ".yaml", ".yml")
-_SMALL_NAMES = ("LICENSE", "LICENCE", "NOTICE", "USE_POLICY")
-
-
-def small_files(paths: Iterable[str], folder: str = "") -> set[str]:
-    """The config-like files directly in `folder` (`""` or `"name/"`), never an index of
-    weights (`*.index.json`: one is taken with the weights it names)."""
-    out = set()
-    for path in paths:
-        if not path.startswith(folder) or "/" in path[len(folder):]:
-            continue
-        name = path[len(folder):]
-        if name.endswith(".index.json"):
-            continue
-        if name.endswith(_SMALL_SUFFIXES) or name.upper().startswith(_SMALL_NAMES):
-            out.add(path)
-    return out
+def beside(paths: Iterable[str], chosen: Iterable[str], folder: str = "") -> frozenset[str]:
+    """The `chosen` weights and every file under `folder` but those the library never opens
+    (`unread`): configs, tokenizers, processors, chat templates, remote code, a `bpe.codes`,
+    the card, in any folder. A list of what to keep is always one short (issue 37); what is
+    left out is only what `unread` can name."""
+    taken = frozenset(chosen)
+    return taken | {p for p in paths if p.startswith(folder) and unread(p) is None}
 
 
 def add_variant(name: str, variant: str | None) -> str:

@@ -7,14 +7,14 @@ the other parts of a split from beside the first. With one quantization, `varian
 left out. A vision model's projector (`mmproj-*.gguf`, llama.cpp's `--mmproj`, which
 `Llama.from_pretrained(..., clip_model_path=...)` and llama-server's `-hf` fetch beside the
 model) is no quantization of the model: it is locked with whichever one is chosen
-(`exclude = ["mmproj*"]` leaves it out).
+(`mmproj = false` on the entry leaves it out).
 """
 
 from __future__ import annotations
 
 import re
 
-from wlock.lock.loaders import Choice, LoaderProblem, Read, small_files
+from wlock.lock.loaders import Choice, LoaderProblem, Read, beside
 
 _QUANT = re.compile(r"(?:^|[-._/])((?:I?Q\d[A-Z0-9_]*?|[BF]F?16|F32|FP16|BF16))"
                     r"(?=(?:-\d{5}-of-\d{5})?\.gguf$|[-./])", re.IGNORECASE)
@@ -31,7 +31,8 @@ def is_projector(path: str) -> bool:
     return path.rsplit("/", 1)[-1].lower().startswith("mmproj")
 
 
-def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
+def select(paths: frozenset[str], read: Read, variant: str | None,
+           mmproj: bool = True) -> Choice:
     projectors = sorted(p for p in paths if p.endswith(".gguf") and is_projector(p))
     ggufs = sorted(p for p in paths if p.endswith(".gguf") and not is_projector(p))
     if not ggufs and not projectors:
@@ -49,4 +50,9 @@ def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
         raise LoaderProblem(
             f"{len(ggufs)} GGUF files ({len(quants)} quantizations): say which one to lock",
             f"Set `variant` to one of {', '.join(quants)} (`wlock add ID --variant Q4_K_M`).")
-    return Choice(frozenset(small_files(paths, "")) | frozenset(chosen) | frozenset(projectors))
+    # Every other file but what loaders.unread names (the other quantizations: `.gguf`).
+    if not mmproj:
+        return Choice(beside(paths, chosen), notes=(
+            f"the projector(s) {', '.join(projectors)} left out (`mmproj = false`)",)
+            if projectors else ())
+    return Choice(beside(paths, [*chosen, *projectors]))

@@ -1,17 +1,18 @@
 """`PeftModel.from_pretrained(base, id)` / `AutoPeftModelFor...(id)`: the adapter and its base.
 
 Mirrors peft's `PeftConfig.from_pretrained` (adapter_config.json) and `load_peft_weights`
-(adapter_model.safetensors, else adapter_model.bin), plus the tokenizer files AutoPeftModel
-loads when the adapter carries them. The base model named by `base_model_name_or_path` is a
-requirement, at the adapter's `revision` when it names one: AutoPeftModel loads it with
-`revision=config.revision`, which is `main` when unset.
+(adapter_model.safetensors, else adapter_model.bin); every other file is kept (the tokenizer
+AutoPeftModel loads when the adapter carries one, in any folder) but what `loaders.unread`
+names (the Trainer's `checkpoint-N/` folders and optimizer state, other formats). The base
+model named by `base_model_name_or_path` is a requirement, at the adapter's `revision` when
+it names one: AutoPeftModel loads it with `revision=config.revision`, which is `main` when unset.
 """
 
 from __future__ import annotations
 
 import json
 
-from wlock.lock.loaders import Choice, LoaderProblem, Read, Requirement, small_files, weights
+from wlock.lock.loaders import Choice, LoaderProblem, Read, Requirement, beside, weights
 from wlock.lock.names import ref_problem, repo_id_problem
 
 NAMES = ("adapter_model.safetensors", "adapter_model.bin")
@@ -34,7 +35,7 @@ def select(paths: frozenset[str], read: Read, variant: str | None,
     if chosen is None:
         raise LoaderProblem("no adapter_model.safetensors or adapter_model.bin",
                             "The repo is not a loadable adapter at this ref.")
-    kept = frozenset(small_files(paths, "")) | frozenset(chosen)
+    kept = beside(paths, chosen)
     if named is not None:
         repo, _, ref = named.partition("@")
         return Choice(kept, requires=(Requirement(

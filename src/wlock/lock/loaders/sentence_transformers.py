@@ -3,8 +3,9 @@
 Mirrors sentence-transformers' `SentenceTransformer._load_sbert_model`: it reads
 modules.json and config_sentence_transformers.json, then loads each module from its `path`;
 the `Transformer` module is a transformers model in that folder (the transformers rule
-there), every other module (Pooling, Dense, Normalize) reads its folder's config and, for
-Dense, `model.safetensors` else `pytorch_model.bin`. Without modules.json it builds a
+there), every other module (Pooling, Dense, Normalize) reads its folder's files and, for
+Dense, `model.safetensors` else `pytorch_model.bin`. Every file but what `loaders.unread`
+names is kept. Without modules.json it builds a
 transformers model with mean pooling (`_load_auto_model`). The `onnx/` and `openvino/`
 exports are read only with `backend="onnx"`/`"openvino"`: not locked.
 """
@@ -18,7 +19,7 @@ from wlock.lock.loaders import (
     LoaderProblem,
     Read,
     Requirement,
-    small_files,
+    beside,
     transformers,
     weights,
 )
@@ -33,7 +34,7 @@ def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
     except (ValueError, AttributeError, TypeError) as e:
         raise LoaderProblem(f"modules.json is not a list of modules ({e})",
                             "Lock the repo with `loader = \"all\"`.") from None
-    kept = set(small_files(paths, ""))
+    chosen: set[str] = set()
     requires: list[Requirement] = []
     notes: list[str] = []
     code: list[str] = []
@@ -41,11 +42,13 @@ def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
         prefix = f"{folder}/" if folder else ""
         if kind.endswith(".Transformer"):
             sub = transformers.select_in(paths, prefix, read, variant)
-            kept |= sub.paths
+            chosen |= sub.paths
             requires += [r for r in sub.requires if r not in requires]
             notes += sub.notes
             code += sub.code
         else:
-            kept |= small_files(paths, prefix)
-            kept |= set(weights(paths, prefix, transformers.NAMES, read) or ())
-    return Choice(frozenset(kept), tuple(requires), tuple(notes), tuple(sorted(set(code))))
+            chosen |= set(weights(paths, prefix, transformers.NAMES, read) or ())
+    # Every other file, in any folder, but what loaders.unread names: a module's own files
+    # (a CLIP module's preprocessor, a Router's config) are read by code no list keeps up with.
+    return Choice(beside(paths, chosen), tuple(requires), tuple(notes),
+                  tuple(sorted(set(code))))

@@ -4,17 +4,16 @@ Mirrors transformers' `modeling_utils._get_resolved_checkpoint_files`: model.saf
 its index and the shards the index names, else pytorch_model.bin, else its index; never the
 TF (`tf_model.h5`), Flax (`flax_model.msgpack`), rust-bert (`rust_model.ot`), ONNX, Core ML,
 OpenVINO or `original/` copies, which `from_pretrained` does not read. Beside the weights,
-every config-like file at the top (config, generation config, tokenizer and processor files,
-chat templates, remote code), as `cached_file` asks for them by name: vLLM's
-`allow_patterns` ("*.safetensors" of one kind, "*.json", "*.txt", tokenizer models) is the
-same choice. Remote code that `auto_map` takes from another repo (`org/repo--module.Class`,
+every other file, in any folder (`loaders.beside`): `cached_file` asks for whatever name the
+tokenizer, processor or remote code names, so only what `loaders.unread` can name is left out.
+Remote code that `auto_map` takes from another repo (`org/repo--module.Class`,
 `dynamic_module_utils.get_class_from_dynamic_module`) is a requirement, at `main` as
 transformers fetches it (`code_revision` defaults to None).
 """
 
 from __future__ import annotations
 
-from wlock.lock.loaders import Choice, LoaderProblem, Read, unread, weights
+from wlock.lock.loaders import Choice, LoaderProblem, Read, beside, weights
 
 NAMES = ("model.safetensors", "pytorch_model.bin")
 
@@ -41,8 +40,6 @@ def select_in(paths: frozenset[str], folder: str, read: Read, variant: str | Non
     # tokenizer's `additional_chat_templates/`, a `bpe.codes`, a processor's files are read
     # by code no list of suffixes keeps up with. Remote code (auto_map) is found for every
     # loader by loaders.select.
-    taken = set(chosen)
-    kept = {p for p in paths if p.startswith(folder) and (p in taken or unread(p) is None)}
-    return Choice(frozenset(kept), notes=notes)
+    return Choice(beside(paths, chosen, folder), notes=notes)
 
 
