@@ -404,3 +404,134 @@ def whole_sync(hub: Hub, tmp_path: Path, repo_id: str) -> Path:
     assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
                      cwd=project).code == 0
     return cache
+
+
+def test_an_adapter_whose_base_is_a_local_folder_is_locked_with_the_base_named(
+        hub: Hub, tmp_path: Path) -> None:
+    """adapter_config.json names the folder it was trained from (`outputs/llama-base`): the
+    add says so, naming the file and the key, and `--base` names the base on the entry;
+    then both load offline, as a load of the full repos does."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    base_model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50,
+                                            n_positions=16))
+    base_model.save_pretrained(tmp_path / "base")
+    base_id, _ = publish(hub, "local-base", tmp_path / "base", "transformers")
+    lora = get_peft_model(base_model, LoraConfig(r=4, target_modules=["c_attn"],
+                                                 init_lora_weights=False))
+    lora.peft_config["default"].base_model_name_or_path = "outputs/llama-base"
+    lora.save_pretrained(tmp_path / "adapter", save_embedding_layers=False)
+    adapter_id, _ = publish(hub, "local-lora", tmp_path / "adapter", "peft")
+    project = write_project(tmp_path / "p", "")
+    added = run_wlock("add", adapter_id, "--endpoint", hub.endpoint, cwd=project)
+    assert added.code == 5, added.stderr  # the folder's name is no repo on the Hub
+    assert "model outputs/llama-base was not found" in added.stderr
+    assert "adapter_config.json's `base_model_name_or_path`" in added.stderr
+    assert 'base = "org/name@ref"' in added.stderr
+    assert (project / "weights.toml").read_text() == ""
+    added = run_wlock("add", adapter_id, "--base", f"{base_id}@main", "--endpoint",
+                      hub.endpoint, cwd=project)
+    assert added.code == 0, added.stderr
+    lock = read_lock(project / "weights.lock")
+    assert sorted(r.id for r in lock.repos) == sorted([adapter_id, base_id])
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    result = offline("""
+        import json, sys, torch
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+        adapter, revision, base, base_revision, full_adapter, full_base = sys.argv[1:7]
+        ids = torch.tensor([[1, 2, 3, 4]])
+        out = []
+        for a, ar, b, br in ((adapter, revision, base, base_revision),
+                             (full_adapter, None, full_base, None)):
+            model = PeftModel.from_pretrained(
+                AutoModelForCausalLM.from_pretrained(b, revision=br), a, revision=ar).eval()
+            with torch.no_grad():
+                out.append(model(ids).logits.flatten().tolist())
+        print(json.dumps({"same": out[0] == out[1]}))
+    """, cache, adapter_id, lock.find("model", adapter_id).revision,  # type: ignore[union-attr]
+        base_id, lock.find("model", base_id).revision,  # type: ignore[union-attr]
+        str(tmp_path / "adapter"), str(tmp_path / "base"))
+    assert result == {"same": True}
+
+
+VARIANT_LOAD = OPENED + """
+    import torch
+    from transformers import AutoModel
+    repo, revision, full = sys.argv[1:4]
+    a = AutoModel.from_pretrained(repo, revision=revision, variant="fp16").state_dict()
+    b = AutoModel.from_pretrained(full, variant="fp16").state_dict()
+    same = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    print(json.dumps({"same": same, "dtype": str(next(iter(a.values())).dtype),
+                      "opened": sorted(opened)}))
+"""
+
+
+def test_a_variants_index_is_locked_with_its_shards_and_loads_offline(
+        hub: Hub, tmp_path: Path) -> None:
+    """save_pretrained(variant="fp16") beside the default, both sharded: `--variant fp16`
+    locks the fp16 index and exactly the shards it names, never the default's."""
+    from transformers import AutoModel
+
+    folder = tiny_bert(tmp_path / "full", shard="20KB")
+    AutoModel.from_pretrained(folder).to(torch.float16).save_pretrained(
+        folder, variant="fp16", max_shard_size="8KB")
+    repo_id, files = publish(hub, "bert-variant", folder, "transformers")
+    index = "model.safetensors.index.fp16.json"
+    assert index in files and "model.safetensors.index.json" in files
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id, "--variant", "fp16")
+    locked = {f.path for f in read_lock(project / "weights.lock").repos[0].files}
+    named = set(json.loads(files[index])["weight_map"].values())
+    assert len(named) > 1 and named | {index} <= locked
+    assert not {p for p in locked if p.endswith(".safetensors") or p.endswith(".index.json")
+                } - named - {index}, locked
+    result = offline(VARIANT_LOAD, cache, repo_id, revision, str(folder))
+    assert result["same"] is True and result["dtype"] == "torch.float16"
+    seen = set(offline(VARIANT_LOAD, whole_sync(hub, tmp_path, repo_id), repo_id, revision,
+                       str(folder))["opened"])  # type: ignore[arg-type]
+    assert index in seen and seen <= locked, seen - locked
+
+
+PROCESSOR_CODE = '''
+from transformers.image_processing_utils import BaseImageProcessor
+
+
+class TinyImageProcessor(BaseImageProcessor):
+    model_input_names = ["pixel_values"]
+
+    def __init__(self, scale=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.scale = scale
+'''
+
+
+def test_processor_remote_code_from_another_repo_is_locked_and_runs_offline(
+        hub: Hub, tmp_path: Path) -> None:
+    """preprocessor_config.json's auto_map names a class in another repo: the add locks that
+    repo's code, and AutoImageProcessor(trust_remote_code=True) runs it offline."""
+    code_id = hub.unique_id("processor-code")
+    hub.builder.commit("model", code_id, {"image_processing_tiny.py": PROCESSOR_CODE.encode(),
+                                          "README.md": b"# code\n"})
+    folder = tiny_bert(tmp_path / "full")
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "TinyImageProcessor", "scale": 0.5,
+        "auto_map": {"AutoImageProcessor": f"{code_id}--image_processing_tiny."
+                                           "TinyImageProcessor"}}))
+    repo_id, _ = publish(hub, "with-processor", folder, "transformers")
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id)
+    lock = read_lock(project / "weights.lock")
+    code = lock.find("model", code_id)
+    assert code is not None and [f.path for f in code.files] == ["image_processing_tiny.py"]
+    assert code_id in lock.find("model", repo_id).requires  # type: ignore[union-attr]
+    result = offline("""
+        import json, sys
+        from transformers import AutoImageProcessor
+        repo, revision, full = sys.argv[1:4]
+        p = AutoImageProcessor.from_pretrained(repo, revision=revision, trust_remote_code=True)
+        print(json.dumps({"class": type(p).__name__, "scale": p.scale}))
+    """, cache, repo_id, revision, str(folder))
+    assert result == {"class": "TinyImageProcessor", "scale": 0.5}
