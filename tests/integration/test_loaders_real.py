@@ -487,7 +487,7 @@ def test_a_variants_index_is_locked_with_its_shards_and_loads_offline(
     locked = {f.path for f in read_lock(project / "weights.lock").repos[0].files}
     named = set(json.loads(files[index])["weight_map"].values())
     assert len(named) > 1 and named | {index} <= locked
-    assert not {p for p in locked if p.endswith(".safetensors") or p.endswith(".index.json")
+    assert not {p for p in locked if p.endswith((".safetensors", ".index.json"))
                 } - named - {index}, locked
     result = offline(VARIANT_LOAD, cache, repo_id, revision, str(folder))
     assert result["same"] is True and result["dtype"] == "torch.float16"
