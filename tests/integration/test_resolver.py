@@ -108,8 +108,10 @@ def test_a_lock_made_before_loaders_reads_checks_and_relocks_byte_for_byte(
         hub: Hub, tmp_path: Path) -> None:
     project = tmp_path / "p"
     project.mkdir()
-    (project / "weights.toml").write_bytes((ROOT / "fixtures/example/weights.toml").read_bytes())
-    # The example lock as wlock wrote it before loaders, pickle scans and cards existed.
+    # The example project and its lock as wlock wrote them before loaders, pickle scans and
+    # cards existed.
+    (project / "weights.toml").write_bytes(
+        (ROOT / "fixtures/locks/made-before-loaders.toml").read_bytes())
     old = (ROOT / "fixtures/locks/made-before-loaders.lock").read_bytes()
     (project / "weights.lock").write_bytes(old)
     assert run_wlock("lock", "--check", cwd=project).code == 0
