@@ -4,6 +4,7 @@ listings), asserted file by file; and what each rule reads to choose (small file
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -337,3 +338,23 @@ def test_tree_why_explains_a_file_under_a_left_out_folder() -> None:
         assert lines[0].startswith(f"acme/bert: {shown} is not locked: an "
                                    "ONNX export; it locks model.safetensors"), (path, lines)
         assert "add it to `include`" in lines[0]
+
+
+def test_mmproj_false_leaves_the_projector_out_and_needs_the_gguf_loader(tmp_path: Path
+                                                                         ) -> None:
+    from wlock.errors import InvalidFileError
+    from wlock.lock.manifest import read_manifest
+
+    vision = listing("README.md", "model-Q4_K_M.gguf", "model-Q8_0.gguf",
+                     "mmproj-model-f16.gguf")
+    kept = select("gguf", vision, Reader({}), Options(variant="Q4_K_M", mmproj=False))
+    assert sorted(kept.paths) == ["README.md", "model-Q4_K_M.gguf"]
+    assert kept.notes == ("the projector(s) mmproj-model-f16.gguf left out (`mmproj = false`)",)
+    manifest = tmp_path / "weights.toml"
+    manifest.write_text('[[model]]\nid = "acme/vision-gguf"\nloader = "gguf"\n'
+                        'variant = "Q4_K_M"\nmmproj = false\n')
+    entry = read_manifest(manifest).entries[0]
+    assert entry.mmproj is False and entry.extras == ("mmproj=false",)
+    manifest.write_text('[[model]]\nid = "acme/bert"\nloader = "transformers"\nmmproj = false\n')
+    with pytest.raises(InvalidFileError, match="`mmproj` is the gguf loader's"):
+        read_manifest(manifest)

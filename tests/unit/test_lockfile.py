@@ -403,3 +403,23 @@ def test_conflict_markers_are_refused_at_their_own_line(
         read_lock(_write(tmp_path / "weights.lock", "".join(text)))
     assert "merge conflict markers" in str(refused.value)
     assert refused.value.line == at + 1
+
+
+def test_loader_options_read_back_and_are_written_only_when_set(tmp_path: Path) -> None:
+    """config, split and mmproj = false decide the locked set: a lock keeps them, and an
+    entry without them keeps the bytes it had before they existed."""
+    files = [LockedFile("README.md", 3, git_sha1="0" * 40)]
+    repos = (LockedRepo("dataset", "acme/web", "main", "1" * 40, files, loader="datasets",
+                        config="sample-10BT", split="train"),
+             LockedRepo("model", "acme/vision-gguf", "main", "2" * 40, files, loader="gguf",
+                        variant="Q4_K_M", mmproj=False),
+             LockedRepo("model", "acme/plain", "main", "3" * 40, files, loader="gguf"))
+    lock = Lock("blake3:" + "0" * 64, repos)
+    text = render_lock(lock)
+    assert 'config = "sample-10BT"\nsplit = "train"\n' in text
+    assert text.count("mmproj = false") == 1
+    write_lock(tmp_path / "weights.lock", lock)
+    back = read_lock(tmp_path / "weights.lock")
+    assert [(r.config, r.split, r.mmproj) for r in back.repos] == [
+        (None, None, True), (None, None, False), ("sample-10BT", "train", True)]
+    assert {r.id: r.selection for r in back.repos} == {r.id: r.selection for r in repos}
