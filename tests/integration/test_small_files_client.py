@@ -1,7 +1,7 @@
-"""Small files go through a lean client of their own (wlock.cache.wire): what it must keep of
-what httpx2 gave them. A user's proxy is used; connections are kept alive; a keep-alive
-connection the server closed while idle costs nothing but a reconnect; a body cut short is
-retried, not blamed on the Hub's bytes."""
+"""Small files go through libcurl (wlock.cache.curl): what it must keep of what httpx2 gave
+them. A user's proxy is used (as the environment says, urllib's reading of it); connections
+are kept alive; a keep-alive connection the server closed while idle costs nothing but a
+reconnect; a body cut short is an error, not a short file."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Hub, run_wlock, write_project
-from wlock.cache.wire import Wire, WireError
+from wlock.cache.curl import Answer, Curl, WireError
 from wlock.lock.lockfile import read_lock
 
 
@@ -122,41 +122,42 @@ def test_a_proxy_that_is_down_is_a_network_error(
     assert result.code == 5, result.stderr
 
 
-def _wire() -> Wire:
-    import ssl
-
-    return Wire(ssl.create_default_context(), connect_timeout=5, read_timeout=5,
-                user_agent="wlock-test")
+def _curl() -> Curl:
+    return Curl(connect_timeout=5, read_timeout=5, user_agent="wlock-test")
 
 
 def _resolve(hub: Hub, repo_id: str, path: str) -> str:
     return f"{hub.endpoint}/{repo_id}/resolve/main/{path}"
 
 
+def _get(curl: Curl, url: str) -> tuple[Answer, bytes, int]:
+    """The answer, its body, and the connections libcurl opened for it (0: one reused)."""
+    import pycurl
+
+    body = bytearray()
+    answer = curl.get(url, {}, lambda status, headers: body.extend)
+    return answer, bytes(body), curl._handle().getinfo(pycurl.NUM_CONNECTS)
+
+
 def test_connections_are_kept_alive_and_a_closed_one_is_reopened(
     hub: Hub, small_project: tuple[Path, str]
 ) -> None:
     _, repo_id = small_project
-    wire = _wire()
+    curl = _curl()
     try:
         url = _resolve(hub, repo_id, "cfg/00.json")
-        with wire.get(url, {}) as response:
-            assert response.status_code in (302, 307)
-            response.read()
-        (first,) = wire._all
-        with wire.get(url, {}) as response:
-            response.read()
-        assert wire._all == [first], "a second connection where the first was free"
-        assert first.sock is not None
+        answer, _, opened = _get(curl, url)
+        assert answer.status_code in (302, 307) and opened == 1
+        answer, _, opened = _get(curl, url)
+        assert opened == 0, "a second connection where the first was free"
         # The server closes the idle connection (as a keep-alive timeout does): the next
         # request reconnects once, without an error.
         hub.process.faults({"action": "drop", "listener": "hub", "match": "/cfg/00.json",
                             "times": 1})
-        with wire.get(url, {}) as response:
-            response.read()
-            assert response.status_code in (302, 307)
+        answer, _, opened = _get(curl, url)
+        assert answer.status_code in (302, 307) and opened == 1
     finally:
-        wire.close()
+        curl.close()
         hub.process.faults()
 
 
@@ -165,22 +166,21 @@ def test_a_body_cut_short_is_an_error_not_a_short_file(
 ) -> None:
     _, repo_id = small_project
     hub.process.faults({"action": "truncate", "listener": "cdn", "match": "/", "bytes": 100})
-    wire = _wire()
+    curl = _curl()
     try:
-        url = _resolve(hub, repo_id, "tokens.parquet")
-        with wire.get(url, {}) as response:
-            location = response.headers["Location"]
-            response.read()
-        with wire.get(location, {}) as response, pytest.raises(WireError) as caught:
-            response.read()
+        answer, _, _ = _get(curl, _resolve(hub, repo_id, "tokens.parquet"))
+        location = answer.headers["Location"]
+        assert location is not None
+        with pytest.raises(WireError) as caught:
+            _get(curl, location)
         assert caught.value.kind == "cut"
     finally:
-        wire.close()
+        curl.close()
         hub.process.faults()
 
 
 def test_nothing_listening_is_a_connect_error() -> None:
-    wire = _wire()
-    with pytest.raises(WireError) as caught, wire.get("http://127.0.0.1:9/x", {}):
-        pass
+    curl = _curl()
+    with pytest.raises(WireError) as caught:
+        _get(curl, "http://127.0.0.1:9/x")
     assert caught.value.kind == "connect"

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urljoin, urlsplit
 
-from wlock.cache.wire import Response, Wire, WireError, origin_of
+from wlock.cache.curl import MAX_SIDE_BODY, Answer, Curl, Headers, WireError, origin_of
 from wlock.errors import (
     HubError,
     HubUnreachableError,
@@ -45,7 +45,7 @@ from wlock.version import __version__
 if TYPE_CHECKING:
     import httpx2
 
-    Answer = httpx2.Response | Response  # what a small file's GET reads, on either client
+    Reply = httpx2.Response | Answer  # a HEAD's answer (httpx2) or a small file's (libcurl)
 
 LARGE_FILE = 8 * 1024 * 1024
 # A small file's deadline besides the silence timeout: --timeout, plus its size at this rate.
@@ -284,9 +284,9 @@ class Transfer:
         # One TLS context for every connection (TLSContext says why), made on first use.
         self._tls = TLSContext()
         self._local = threading.local()
-        # Small files' GETs: the standard library's lean client (wire.py says why).
-        self._wire = Wire(self._tls.get, connect_timeout=min(CONNECT_TIMEOUT, timeout),
-                          read_timeout=timeout, user_agent=f"wlock/{__version__}")
+        # Small files' GETs: libcurl (curl.py says why).
+        self._curl = Curl(connect_timeout=min(CONNECT_TIMEOUT, timeout), read_timeout=timeout,
+                          user_agent=f"wlock/{__version__}")
         # (kind, repo, commit) -> the URL prefix its small git files are served under (None:
         # it failed once, not tried again).
         self._shortcuts: dict[tuple[str, str, str], str | None] = {}
@@ -309,7 +309,7 @@ class Transfer:
             for client in self._clients:
                 client.close()
             self._clients.clear()
-        self._wire.close()
+        self._curl.close()
         self._workers.close()
 
     @property
@@ -344,7 +344,7 @@ class Transfer:
         removes its temp file; the worker processes are killed."""
         self._aborted.set()
         self._workers.kill()
-        self._wire.abort()  # small files' threads blocked in recv() wake now
+        self._curl.abort()  # small files' transfers stop within a second, silent or not
 
     def __enter__(self) -> Transfer:
         return self
@@ -502,7 +502,7 @@ class Transfer:
         prefix = "datasets/" if job.kind == "dataset" else ""
         return f"{self.endpoint}/{prefix}{job.repo_id}/resolve/{job.revision}/{quote(job.path)}"
 
-    def _next_hop(self, url: str, response: Answer, job: FetchJob) -> str | None:
+    def _next_hop(self, url: str, response: Reply, job: FetchJob) -> str | None:
         """Where a redirect leads, or None when `response` is the answer. Raises on errors,
         and for a redirect a client cannot follow (HubError, exit 5, naming the hop)."""
         if response.status_code in (301, 302, 303, 307, 308):
@@ -530,7 +530,7 @@ class Transfer:
             try:
                 response = self._http.request("HEAD", url, headers=self._headers_for(url))
             except httpx2.TransportError as e:
-                raise _transport_failure(self.endpoint, job, e, self._timeout) from e
+                raise _transport_failure(self.endpoint, url, job, e, self._timeout) from e
             target = self._next_hop(url, response, job)
             if target is None:
                 return url
@@ -542,64 +542,49 @@ class Transfer:
     def _fetch_small(self, job: FetchJob) -> tuple[str, int]:
         """GET through the redirects (no HEAD first: one round trip less per file), hashing
         the body as it arrives. The token is sent only while on the endpoint's origin."""
-        import httpx2
-
         resolve_url = self._resolve_url(job)
         shortcut = self._shortcut(job)
         url = shortcut or resolve_url
-        written = 0
+        body = _SmallBody(job, self._on_bytes)
+        # The file's deadline besides the silence timeout: a trickle, or interim answers
+        # without end, keep bytes coming and would never trip it (issue 38).
+        deadline = time.monotonic() + self._timeout + job.size / MIN_RATE
         try:
             for _ in range(MAX_REDIRECTS):
-                with self._get(url) as response:
-                    if url == shortcut and 400 <= response.status_code < 500 \
-                            and response.status_code != 429:
-                        # Not served there (any more): back to /resolve, for good. A
-                        # transient error (5xx, 429) is retried like any other.
-                        response.read()
-                        self._shortcuts[_repo_key(job)] = None
-                        url, shortcut = resolve_url, None
-                        continue
-                    target = self._next_hop(url, response, job)
-                    if url == resolve_url and target is not None:
-                        self._learn(job, target)
-                    if target is None:
-                        digest = new_digest(job.hash_kind, job.size)
-                        # os.open, not open(): a file object adds an fstat, an isatty
-                        # ioctl and an lseek, each a handoff of the GIL among dozens of
-                        # threads.
-                        out = os.open(job.temp, _NEW_FILE, 0o666)
-                        deadline = time.monotonic() + self._timeout + job.size / MIN_RATE
-                        try:
-                            for chunk in response.iter_raw(1024 * 1024):
-                                self._check_aborted()
-                                if time.monotonic() > deadline:
-                                    raise WireError("slow", f"{written} of {job.size} bytes "
-                                                    f"in {self._timeout + job.size / MIN_RATE:.0f}"
-                                                    f"s, slower than {MIN_RATE // 1000} kB/s")
-                                _write_all(out, chunk)
-                                digest.update(chunk)
-                                written += len(chunk)
-                                self._on_bytes(job, len(chunk))
-                        finally:
-                            os.close(out)
-                        break
+                response = self._curl.get(url, self._headers_for(url), body.open, deadline)
+                if url == shortcut and 400 <= response.status_code < 500 \
+                        and response.status_code != 429:
+                    # Not served there (any more): back to /resolve, for good. A transient
+                    # error (5xx, 429) is retried like any other.
+                    self._shortcuts[_repo_key(job)] = None
+                    url, shortcut = resolve_url, None
+                    continue
+                target = self._next_hop(url, response, job)
+                if url == resolve_url and target is not None:
+                    self._learn(job, target)
+                if target is None:
+                    break
                 url = target
             else:
                 raise HubError(f"{job.label}: too many redirects from {self.endpoint}",
                                repo=job.repo_id)
-        except (httpx2.TransportError, WireError) as e:  # a body cut short, a stall too
-            self._on_bytes(job, -written)
-            raise _transport_failure(self.endpoint, job, e, self._timeout) from e
-        if job.hash_kind == "git-sha1" and written != job.size:
-            return hash_file(job.temp, "git-sha1"), written
-        return digest.hexdigest(), written
-
-    def _get(self, url: str) -> contextlib.AbstractContextManager[Any]:
-        """GET `url` for a small file: on the lean client, or on httpx2 where the user's
-        proxy settings apply to it."""
-        if self._wire.proxied(url):
-            return self._http.stream("GET", url, headers=self._headers_for(url))
-        return self._wire.get(url, self._headers_for(url))
+        except WireError as e:  # a body cut short, a stall, a trickle
+            self._on_bytes(job, -body.written)
+            if e.kind == "stopped":
+                raise Aborted from None
+            if e.kind == "slow":
+                e = WireError("slow", f"{body.written} of {job.size} bytes in "
+                              f"{self._timeout + job.size / MIN_RATE:.0f}s, slower than "
+                              f"{MIN_RATE // 1000} kB/s")
+            raise _transport_failure(self.endpoint, url, job, e, self._timeout) from e
+        finally:
+            body.close()
+        if body.digest is None:  # a 2xx that never opened (cannot happen): not the file
+            raise _transport_failure(self.endpoint, url, job, WireError(
+                "cut", "no body"), self._timeout)
+        if job.hash_kind == "git-sha1" and body.written != job.size:
+            return hash_file(job.temp, "git-sha1"), body.written
+        return body.digest.hexdigest(), body.written
 
     def _learn(self, job: FetchJob, target: str) -> None:
         """Remember where the endpoint sends this repo's small files at this commit.
@@ -866,17 +851,46 @@ class _Retryable(Exception):
         self.final, self.delay, self.reason = final, delay, reason
 
 
-# What is read of a redirect's or an error's body, at most: they say nothing wlock uses, and
-# a hostile one can be endless (a 302 with a 256 MiB body took 543 MB; a 500 with an
-# endless body never ended: issue 38). Past it the connection is closed, not reused.
-MAX_SIDE_BODY = 64 * 1024
+class _SmallBody:
+    """Where a small file's answer goes: the temp file and its hash, opened when a 2xx
+    answer's head is in (a redirect's or an error's body goes nowhere: curl.Answer.body)."""
+
+    def __init__(self, job: FetchJob, on_bytes: Callable[[FetchJob, int], None]) -> None:
+        self.job, self.on_bytes = job, on_bytes
+        self.fd: int | None = None
+        self.digest: Any = None
+        self.written = 0
+
+    def open(self, status: int, headers: Headers) -> Callable[[bytes], None] | None:
+        if not 200 <= status < 300:
+            return None
+        self.close()
+        # os.open, not open(): a file object adds an fstat, an isatty ioctl and an lseek,
+        # each a handoff of the GIL among dozens of threads.
+        self.fd = os.open(self.job.temp, _NEW_FILE, 0o666)
+        self.digest = new_digest(self.job.hash_kind, self.job.size)
+        self.on_bytes(self.job, -self.written)
+        self.written = 0
+        return self.write
+
+    def write(self, chunk: bytes) -> None:
+        assert self.fd is not None
+        _write_all(self.fd, chunk)
+        self.digest.update(chunk)
+        self.written += len(chunk)
+        self.on_bytes(self.job, len(chunk))
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
-def _drain(response: Answer) -> None:
+def _drain(response: Reply) -> None:
     """Read what is left of a body up to MAX_SIDE_BODY; a longer one is left unread, so the
     connection it came on is closed instead of reused."""
-    if getattr(response, "is_stream_consumed", False):
-        return  # an httpx2 answer read whole already (a HEAD: no body)
+    if isinstance(response, Answer) or getattr(response, "is_stream_consumed", False):
+        return  # libcurl's, bounded already; an httpx2 answer read whole (a HEAD: no body)
     read = 0
     for chunk in response.iter_raw(16 * 1024):
         read += len(chunk)
@@ -903,7 +917,7 @@ def _hop(url: str, location: str | None) -> tuple[str, str | None]:
     return target, None
 
 
-def _classify(response: Answer, job: FetchJob, endpoint: str) -> Exception:
+def _classify(response: Reply, job: FetchJob, endpoint: str) -> Exception:
     status, code = response.status_code, response.headers.get("X-Error-Code")
     if code in ("RevisionNotFound", "EntryNotFound"):
         what = "commit" if code == "RevisionNotFound" else f"file {job.path!r} at commit"
@@ -938,9 +952,15 @@ def _repo_key(job: FetchJob) -> tuple[str, str, str]:
 
 
 def _transport_failure(
-    endpoint: str, job: FetchJob, e: Exception, timeout: float
+    endpoint: str, url: str, job: FetchJob, e: Exception, timeout: float
 ) -> _Retryable:
+    """What a failed request of `url` means. It names the host that failed (the endpoint,
+    the CDN, a redirect's target), and only the endpoint's own refusals mark it down (the
+    other files then fail at once): a CDN or mirror that is down says nothing of the Hub."""
     import httpx2
+
+    own = origin_of(url) == origin_of(endpoint)
+    where = endpoint if own else f"{origin_of(url)[1]} (a redirect from {endpoint})"
 
     if isinstance(e, httpx2.ReadTimeout | httpx2.WriteTimeout) or (
             isinstance(e, WireError) and e.kind == "timeout"):
@@ -954,12 +974,12 @@ def _transport_failure(
             reason="slow")
     if isinstance(e, httpx2.ConnectError | httpx2.ConnectTimeout) or (
             isinstance(e, WireError) and e.kind == "connect"):
-        cause = f"cannot connect to {endpoint}: {redact(str(e)) or type(e).__name__}"
+        cause = f"cannot connect to {where}: {redact(str(e)) or type(e).__name__}"
         return _Retryable(HubUnreachableError(
             f"{job.label}: {cause}", repo=job.repo_id, hint=_NETWORK_HINT, cause=cause,
-            subject=job.label), reason="unreachable")
+            subject=job.label), reason="unreachable" if own else "transient")
     return _Retryable(HubUnreachableError(
-        f"{job.label}: the connection to {endpoint} failed: "
+        f"{job.label}: the connection to {where} failed: "
         f"{redact(str(e)) or type(e).__name__}", repo=job.repo_id, hint=_NETWORK_HINT,
         subject=job.label))
 
