@@ -197,3 +197,37 @@ def test_a_blob_that_rots_while_served_is_never_sent_whole(
         assert (hashlib.sha256(got).hexdigest() if f.sha256 else hashlib.sha1(
             b"blob %d\0" % len(got) + got, usedforsecurity=False).hexdigest()) == f.etag
     assert f"blob {blob} is not served" in output["stderr"], output["stderr"]
+
+
+def test_a_range_is_never_served_from_a_blob_rewritten_after_it_was_verified(
+    tmp_path: Path, node: Node
+) -> None:
+    """Issue 38: a range (how hf_transfer reads) comes only from a blob verified as it is
+    now. Verified at start and served, then rewritten in place (same size), the blob's
+    next range is refused, never sent with the wrong bytes."""
+    import urllib.error
+    import urllib.request
+
+    model = node.entry("model")
+    f = next(x for x in model.files if x.path == "model.safetensors")
+    blob = next(node.cache.glob(f"models--*/blobs/{f.etag}"))
+    good = blob.read_bytes()
+    with serving(node.project, node.cache) as (endpoint, _):
+        url = f"{endpoint}/{model.id}/resolve/{model.revision}/model.safetensors"
+
+        def get_range() -> tuple[int, bytes]:
+            request = urllib.request.Request(url, headers={"Range": "bytes=100-199"})
+            try:
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    return answer.status, answer.read()
+            except urllib.error.HTTPError as e:
+                return e.code, b""
+
+        assert get_range() == (206, good[100:200])  # verified, and served
+        data = bytearray(good)
+        data[150] ^= 0xFF  # inside the range asked for
+        blob.chmod(0o644)
+        with open(blob, "r+b") as out:  # in place: the same inode, the same size
+            out.write(bytes(data))
+        status, body = get_range()
+        assert status == 404 and body != bytes(data[100:200]), status

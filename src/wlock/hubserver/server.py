@@ -36,7 +36,7 @@ from wlock.hubserver.store import Commit, Repo, RepoStore, StoredFile
 _API_VERBS = frozenset({"revision", "tree", "refs", "paths-info"})
 _BODY_ACTIONS = frozenset({"truncate", "corrupt", "stall", "trickle"})
 _RANGE_ACTIONS = frozenset({"range"})
-_EARLY_ACTIONS = frozenset({"status", "drop", "delay"})
+_EARLY_ACTIONS = frozenset({"status", "drop", "delay", "raw"})
 # A shaped body goes out in pieces of PACE_S seconds at its rate (at least 64 KiB), as a stream
 # held to a window by a long path delivers a window's bytes at a time. 64 KiB pieces at any
 # rate cost the emulator 0.9 s of CPU for 537 MB at 20 MB/s, taken from the client on a
@@ -303,6 +303,9 @@ class _Handler(BaseHTTPRequestHandler):
             elif rule and rule.action == "drop":
                 self.close_connection = True
                 return
+            elif rule and rule.action == "raw":
+                self._send_raw(rule.params)
+                return
             elif rule and rule.action == "status":
                 headers = {}
                 if "retry_after" in rule.params:
@@ -462,6 +465,26 @@ class _Handler(BaseHTTPRequestHandler):
                 data = bytearray(f.read(length))
                 data[len(data) // 2] ^= 0xFF
                 self.wfile.write(bytes(data))
+
+    def _send_raw(self, params: dict[str, Any]) -> None:
+        """`data_b64` sent as the whole answer, byte for byte (a hostile one: stray bytes
+        after a complete answer, Content-Length with Transfer-Encoding, a NUL in a field);
+        with `repeat_every`, sent again that many seconds apart for `seconds` (interim
+        answers without end). The connection then closes, unless `keep_open`."""
+        data = base64.b64decode(str(params.get("data_b64", "")))
+        interval = params.get("repeat_every")
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+            if interval:
+                until = time.monotonic() + float(params.get("seconds", 600))
+                while time.monotonic() < until:
+                    time.sleep(float(interval))
+                    self.wfile.write(data)
+                    self.wfile.flush()
+        except OSError:
+            pass
+        self.close_connection = not params.get("keep_open", False)
 
     def _send_bad_range(self, path: Path, size: int, headers: dict[str, str],
                         rule: Any) -> None:
