@@ -14,7 +14,7 @@ connection silent for `seconds`, default 600), `corrupt` (flip one byte of the b
 `drop` (close the connection without answering), `delay` (`delay_ms`), `trickle` (the body a
 byte every `interval` seconds, default 0.5), `range` (a request
 with a Range header answered wrongly, by `mode`: `short`, `wrong`, `ignore` or `decoy` with
-`data_b64`; see _Handler._send_bad_range in server.py), 
+`data_b64`; see _Handler._send_bad_range in server.py),
 `inject_file` (add `name` to every file listing of the matched repo: a malicious listing), and
 `raw` (`data_b64` sent as the whole answer, byte for byte; `repeat_every` seconds apart for
 `seconds`; the connection closed after, unless `keep_open`: hostile framing).
