@@ -82,7 +82,13 @@ def sync(
     folders, the archive (--archive, $WLOCK_ARCHIVE or [tool.wlock.archive] in
     weights.toml), then the Hub. Wrong bytes from a source are refused and reported.
     """
+    import signal
+
     from wlock.cache.sync import execute_plan, plan_sync, preflight, tidy
+
+    # SIGTERM (a scheduler's stop, `kill`) ends the sync as Ctrl-C does: every transfer
+    # stopped within a second, its temp files removed, nothing unverified published.
+    signal.signal(signal.SIGTERM, _terminated)
     from wlock.lock.lockfile import LOCK_NAME, is_fresh, read_lock, stale_error
     from wlock.lock.manifest import MANIFEST_NAME
 
@@ -312,3 +318,7 @@ def _render_plan(plan: SyncPlan, as_json: bool) -> None:
                f"{human_size(plan.bytes_to_fetch)}; "
                + (f"{linked:,} already downloaded, to link; " if linked else "")
                + f"{plan.files_present:,} already in place.")
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
