@@ -9,6 +9,7 @@ process of its own), per request; wall time is printed beside it. The candidates
 
 (wlock's own HTTP/1.1 reader, retired by issue 38, measured 0.139 ms in the same run as the
 others below: src/wlock/cache/curl.py keeps the table.)
+- `wlock`: wlock.cache.curl, the client a sync uses (pycurl easy handles, with its callbacks);
 - `http.client`: the standard library, a connection per thread;
 - `urllib3`: urllib3 2.x, one PoolManager shared by the threads;
 - `pycurl-easy`: libcurl through pycurl, one easy handle (and its connection cache) per
@@ -54,6 +55,26 @@ def threaded(make: Callable[[], Callable[[str], bytes]], urls: list[str], n: int
 
     with ThreadPoolExecutor(n) as pool:
         return sum(pool.map(one, urls))
+
+
+def run_wlock(urls: list[str], n: int) -> int:
+    """wlock.cache.curl as a sync uses it: pycurl easy handles, its callbacks and checks."""
+    from wlock.cache.curl import Curl
+
+    curl = Curl(connect_timeout=10, read_timeout=30, user_agent="bench")
+
+    def make() -> Callable[[str], bytes]:
+        def get(url: str) -> bytes:
+            body = bytearray()
+            curl.get(url, {"Accept-Encoding": "identity"}, lambda status, headers: body.extend,
+                     time.monotonic() + 60)
+            return bytes(body)
+        return get
+
+    try:
+        return threaded(make, urls, n)
+    finally:
+        curl.close()
 
 
 def run_http_client(urls: list[str], n: int) -> int:
@@ -174,7 +195,7 @@ def run_aiohttp(urls: list[str], n: int) -> int:
     return asyncio.run(main())
 
 
-CLIENTS = {"http.client": run_http_client, "urllib3": run_urllib3,
+CLIENTS = {"wlock": run_wlock, "http.client": run_http_client, "urllib3": run_urllib3,
            "pycurl-easy": run_pycurl_easy, "pycurl-multi": run_pycurl_multi,
            "niquests": run_niquests, "aiohttp": run_aiohttp}
 
