@@ -164,3 +164,24 @@ def test_a_nul_in_a_header_field_is_no_answer(hub: Hub) -> None:
     finally:
         curl.close()
         hub.process.faults()
+
+
+def test_a_redirect_target_that_is_down_is_named_and_never_marks_the_endpoint_down(
+        hub: Hub, tmp_path: Path, small: tuple[Path, str, str]) -> None:
+    """The endpoint redirects one file to a host where nothing listens: the error names that
+    host, not the endpoint, and the other files are fetched (a refusal there marked the
+    endpoint down, and every other file then failed at once, "not fetched")."""
+    project, repo_id, _ = small
+    hub.process.faults({"action": "status", "status": 302, "location": "http://127.0.0.1:9/x",
+                        "listener": "hub", "match": "/resolve/.*/tokens.parquet"})
+    try:
+        code, stderr, _ = sync(hub, project, tmp_path / "c", "--timeout", "3")
+    finally:
+        hub.process.faults()
+    assert code == 5, stderr
+    assert f"{repo_id}/tokens.parquet: cannot connect to 127.0.0.1 (a redirect from " \
+        f"{hub.endpoint})" in stderr, stderr
+    assert "not fetched" not in stderr, stderr
+    repo = read_lock(project / "weights.lock").repos[0]
+    blobs = {p.name for p in (tmp_path / "c").glob("models--*/blobs/*")}
+    assert {f.etag for f in repo.files if f.path.startswith("cfg/")} <= blobs
