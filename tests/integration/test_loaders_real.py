@@ -463,8 +463,10 @@ VARIANT_LOAD = OPENED + """
     import torch
     from transformers import AutoModel
     repo, revision, full = sys.argv[1:4]
-    a = AutoModel.from_pretrained(repo, revision=revision, variant="fp16").state_dict()
-    b = AutoModel.from_pretrained(full, variant="fp16").state_dict()
+    # dtype="auto": the saved dtype (transformers 4.x would upcast to float32 without it)
+    a = AutoModel.from_pretrained(repo, revision=revision, variant="fp16",
+                                  dtype="auto").state_dict()
+    b = AutoModel.from_pretrained(full, variant="fp16", dtype="auto").state_dict()
     same = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     print(json.dumps({"same": same, "dtype": str(next(iter(a.values())).dtype),
                       "opened": sorted(opened)}))

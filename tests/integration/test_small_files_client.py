@@ -136,7 +136,7 @@ def _get(curl: Curl, url: str) -> tuple[Answer, bytes, int]:
 
     body = bytearray()
     answer = curl.get(url, {}, lambda status, headers: body.extend)
-    return answer, bytes(body), curl._handle().getinfo(pycurl.NUM_CONNECTS)
+    return answer, bytes(body), curl._handle()[0].getinfo(pycurl.NUM_CONNECTS)
 
 
 def test_connections_are_kept_alive_and_a_closed_one_is_reopened(

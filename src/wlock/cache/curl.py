@@ -191,6 +191,21 @@ class _Transfer:
             return 0
 
 
+class _Slot:
+    """The transfer an easy handle is running: its callbacks lead there."""
+
+    transfer: _Transfer | None = None
+
+    def header(self, line: bytes) -> None:
+        if self.transfer is not None:
+            self.transfer.header(line)
+
+    def write(self, data: bytes) -> int | None:
+        if self.transfer is None:
+            return 0
+        return self.transfer.write(data)
+
+
 class Curl:
     """libcurl easy handles, one per thread, each with its keep-alive connections."""
 
@@ -198,7 +213,7 @@ class Curl:
         self._connect_timeout, self._read_timeout = connect_timeout, read_timeout
         self._user_agent = user_agent
         self._local = threading.local()
-        self._all: list[Any] = []  # pycurl.Curl
+        self._all: list[tuple[Any, _Slot]] = []  # pycurl.Curl, and its slot
         self._lock = threading.Lock()
         self._aborted = threading.Event()
         # Every socket libcurl has open, by inode (pycurl hands libcurl a duplicate of the
@@ -242,13 +257,11 @@ class Curl:
             raise WireError("cut", f"a URL or header that cannot be sent: {url[:200]!r}")
         if self._aborted.is_set():
             raise WireError("stopped", "stopped (Ctrl-C)")
-        curl = self._handle()
-        transfer = _Transfer(sink)
+        curl, slot = self._handle()
+        transfer = slot.transfer = _Transfer(sink)
         curl.setopt(pycurl.URL, url)
         curl.setopt(pycurl.HTTPHEADER, [*fields, "Expect:"])
         curl.setopt(pycurl.PROXY, self.proxy_for(url))
-        curl.setopt(pycurl.HEADERFUNCTION, transfer.header)
-        curl.setopt(pycurl.WRITEFUNCTION, transfer.write)
         # The file's deadline besides the silence timeout: a trickle, or interim answers
         # without end, keep bytes coming and would never trip LOW_SPEED_TIME (issue 38).
         curl.setopt(pycurl.TIMEOUT_MS, 0 if deadline is None else max(
@@ -263,8 +276,7 @@ class Curl:
                               bytes(transfer.side))
             raise self._failure(curl, transfer, e) from None
         finally:
-            for option in (pycurl.HEADERFUNCTION, pycurl.WRITEFUNCTION):
-                curl.unsetopt(option)  # no reference from C to this transfer's objects
+            slot.transfer = None  # no reference from the handle to this transfer's objects
         status = curl.getinfo_raw(pycurl.RESPONSE_CODE)
         if not transfer.opened:  # an empty body: the sink is asked all the same
             transfer.open(status)
@@ -302,9 +314,16 @@ class Curl:
     def close(self) -> None:
         with self._lock:
             handles, self._all = self._all, []
-        for curl in handles:
+        for curl, _slot in handles:
             with contextlib.suppress(Exception):
+                # Closing calls _close_socket for each connection kept alive: pycurl runs
+                # callbacks outside perform() from 7.46 on (pycurl #926; 7.45 warned
+                # "closesocket_callback failed to acquire thread" and leaked the socket).
                 curl.close()
+        with self._lock:  # any left (a handle that would not close): closed here
+            sockets, self._sockets = list(self._sockets.values()), {}
+        for sock in sockets:
+            sock.close()
 
     def abort(self) -> None:
         """Stop every GET in flight now (Ctrl-C): each of libcurl's sockets is shut down, so
@@ -339,13 +358,17 @@ class Curl:
             os.close(fd)
         return 0
 
-    def _handle(self) -> Any:
-        curl = getattr(self._local, "curl", None)
-        if curl is not None:
-            return curl
+    def _handle(self) -> tuple[Any, _Slot]:
+        handle = getattr(self._local, "handle", None)
+        if handle is not None:
+            return handle  # type: ignore[no-any-return]
         import pycurl
 
-        curl = pycurl.Curl()
+        curl, slot = pycurl.Curl(), _Slot()
+        # Set once for the handle's life and pointed at each transfer in turn, so the handle
+        # never keeps a finished transfer's sink alive (and no setopt per request).
+        curl.setopt(pycurl.HEADERFUNCTION, slot.header)
+        curl.setopt(pycurl.WRITEFUNCTION, slot.write)
         curl.setopt(pycurl.NOSIGNAL, 1)  # threads: no SIGALRM for name lookups
         curl.setopt(pycurl.FOLLOWLOCATION, 0)  # redirects are checked and followed above
         curl.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
@@ -362,7 +385,7 @@ class Curl:
             curl.setopt(pycurl.CAINFO, cafile)
         if capath:
             curl.setopt(pycurl.CAPATH, capath)
-        self._local.curl = curl
+        self._local.handle = curl, slot
         with self._lock:
-            self._all.append(curl)
-        return curl
+            self._all.append((curl, slot))
+        return curl, slot

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from wlock.atomic import MACHINE, temp_name, temp_path_for
 from wlock.errors import UnsafeCacheError
@@ -510,25 +511,43 @@ def swap_link(link: Path, target: str) -> None:
     os.replace(tmp, link)
 
 
+# How long a network filesystem may answer ESTALE for a folder other nodes remove and make
+# again: past its cached entry's life (JuiceFS's --entry-cache and --dir-entry-cache are 1 s
+# by default, NFS's acdirmin 30 s but revalidated on ESTALE), tried again with backoff.
+STALE_PATIENCE = 3.0
+
+T = TypeVar("T")
+
+
+def past_stale_handles(operation: Callable[[], T]) -> T:
+    """`operation()`, tried again while a network filesystem says a folder on its way went
+    stale (ESTALE: JuiceFS, NFS), as its cached entry for a folder other nodes remove and
+    make again can: each try looks the path up anew. Seen: one sync of eight on two JuiceFS
+    mounts failed with "Stale file handle" at its staging folder, three tries in 0.15 s
+    being less than the mount's 1 s entry cache."""
+    delay, deadline = 0.05, time.monotonic() + STALE_PATIENCE
+    while True:
+        try:
+            return operation()
+        except OSError as e:
+            if e.errno != errno.ESTALE or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay *= 2
+
+
 def _mkdir_past_stale_handles(folder: Path) -> None:
-    """os.mkdir, tried again when a network filesystem says a folder on the way went stale
-    (ESTALE: JuiceFS, NFS), as its cached entry for a folder other nodes work in can: the
-    retry looks the path up anew. Seen: one sync of eight on two JuiceFS mounts failed to
-    make its staging folder with "Stale file handle"."""
+    """os.mkdir, past stale handles, and again when another sync removed the empty
+    `.wlock-staging/` just now (discard)."""
     for attempt in range(3):
         try:
-            os.mkdir(folder)
+            past_stale_handles(lambda: os.mkdir(folder))
             return
         except FileNotFoundError:
-            # Another sync removed the empty .wlock-staging/ just now (discard): again.
             if attempt == 2:
                 raise
             with contextlib.suppress(FileExistsError):
-                os.mkdir(folder.parent)
-        except OSError as e:
-            if e.errno != errno.ESTALE or attempt == 2:
-                raise
-            time.sleep(0.05)
+                past_stale_handles(lambda: os.mkdir(folder.parent))
 
 
 class SnapshotBuild:
@@ -571,7 +590,8 @@ class SnapshotBuild:
                 if f.path not in self._added:
                     self.add(f)
             try:
-                os.rename(self.staging, self.snapshot)
+                staging = self.staging
+                past_stale_handles(lambda: os.rename(staging, self.snapshot))
                 self.paths.verified.add(str(self.snapshot))
                 return
             except OSError as e:
