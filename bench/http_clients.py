@@ -15,7 +15,9 @@ others below: src/wlock/cache/curl.py keeps the table.)
 - `pycurl-easy`: libcurl through pycurl, one easy handle (and its connection cache) per
   thread, `perform()` with the GIL released;
 - `pycurl-multi`: libcurl's multi interface, one thread driving every transfer;
-- `niquests`: a Session per thread;
+- `niquests`: a Session per thread (not in the bench extra: its urllib3-future replaces the
+  urllib3 the row above measures; run `--clients niquests` from a venv of its own:
+  `pip install -e . niquests`);
 - `aiohttp`: one asyncio thread, a ClientSession with a connection limit.
 """
 
