@@ -1,0 +1,1 @@
+"""Xet, the Hub's storage protocol: its hashes, its chunking, its formats."""
