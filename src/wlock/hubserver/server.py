@@ -7,7 +7,13 @@ huggingface_hub 2.x expects of it:
 - an LFS file's /resolve answers a 302 to the CDN, carrying X-Repo-Commit, X-Linked-Etag (the
   sha256) and X-Linked-Size; Content-Length there is the redirect body's;
 - every error carries X-Error-Code (huggingface_hub cannot tell a bare 401 on http:// apart);
-- no Xet header and no `xetHash` is ever sent, or the client would skip plain HTTP.
+- a file the store keeps on Xet (StoreBuilder(xet=True)) is listed with `xetHash` and its
+  resolve answer carries `X-Xet-Hash` and a `Link: <...xet-read-token/...>; rel="xet-auth"`;
+  `/api/{type}s/{id}/xet-read-token/{rev}` answers the CAS's URL, a read token and its
+  expiry in headers and body; the CAS (on the CDN's listener, so the link's shaping and the
+  faults apply to it as to the bridge) answers `/v2/reconstructions/{hash}` and
+  `/v1/reconstructions/{hash}` (whole or for a `Range`), `/xorbs/default/{hash}` by byte
+  range, `/v1/telemetry`. Other files carry no Xet header, so clients take plain HTTP.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 from wlock.hubserver.faults import Faults
 from wlock.hubserver.store import Commit, Repo, RepoStore, StoredFile
 
-_API_VERBS = frozenset({"revision", "tree", "refs", "paths-info"})
+_API_VERBS = frozenset({"revision", "tree", "refs", "paths-info", "xet-read-token"})
+# How long a Xet read token lives (the Hub's: about an hour).
+XET_TOKEN_S = 3600
 _BODY_ACTIONS = frozenset({"truncate", "corrupt", "stall", "trickle"})
 _RANGE_ACTIONS = frozenset({"range"})
 _EARLY_ACTIONS = frozenset({"status", "drop", "delay", "raw"})
@@ -167,6 +175,19 @@ class HubServer:
             return f"SECRET-{sha256[:12]}"
         return hmac.new(self.token.encode(), f"{sha256}:{expires}".encode(),
                         hashlib.sha256).hexdigest()
+
+    def xet_token(self, expires: int) -> str:
+        """A Xet read token: its expiry and a signature of it, checked by the CAS."""
+        return f"xet.{expires}.{self.signature('xet-read', expires)}"
+
+    def xet_token_valid(self, token: str) -> bool:
+        try:
+            _, expires, signature = token.split(".")
+            when = int(expires)
+        except ValueError:
+            return False
+        return when >= time.time() and hmac.compare_digest(
+            signature, self.signature("xet-read", when))
 
     def serve_forever(self) -> None:
         threading.Thread(target=self.cdn.serve_forever, daemon=True).start()
@@ -684,6 +705,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._refs(repo)
         elif verb == "paths-info" and len(rest) >= 2 and method == "POST":
             self._paths_info(repo, self._commit(repo, rest[1]), body)
+        elif verb == "xet-read-token" and len(rest) >= 2 and method == "GET":
+            self._check_gate(repo)
+            self._commit(repo, "/".join(rest[1:]))
+            app = self.server.app
+            expires = int(time.time()) + XET_TOKEN_S
+            token = app.xet_token(expires)
+            self._send_json({"casUrl": app.cdn_url, "accessToken": token, "exp": expires},
+                            {"X-Xet-Cas-Url": app.cdn_url, "X-Xet-Access-Token": token,
+                             "X-Xet-Token-Expiration": str(expires)})
         else:
             raise _HttpError(404, None, f"Not Found: {method} {self.path}")
 
@@ -762,6 +792,8 @@ class _Handler(BaseHTTPRequestHandler):
         entry: dict[str, Any] = {"type": "file", "oid": f.blob_id, "size": f.size}
         if f.lfs:
             entry["lfs"] = {"oid": f.sha256, "size": f.size, "pointerSize": f.pointer_size}
+        if f.xet_hash:
+            entry["xetHash"] = f.xet_hash
         entry["path"] = f.path
         if expand:
             entry["lastCommit"] = {"id": commit.sha, "title": commit.message, "date": commit.date}
@@ -875,6 +907,10 @@ class _Handler(BaseHTTPRequestHandler):
                 + "&Key-Pair-Id=EMULATOR"
             headers["X-Linked-Etag"] = f'"{f.sha256}"'
             headers["X-Linked-Size"] = str(f.size)
+            if f.xet_hash:
+                headers["X-Xet-Hash"] = f.xet_hash
+                headers["Link"] = (f"<{self.server.app.endpoint}/api/{kind}s/{repo.id}/"
+                                   f'xet-read-token/{commit.sha}>; rel="xet-auth"')
             self._redirect(302, location, headers)
             return
         prefix = "datasets/" if kind == "dataset" else "models/"
@@ -938,6 +974,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _cdn(self, method: str, path: str, query: dict[str, list[str]]) -> None:
         parts = path.strip("/").split("/")
+        if parts[0] in ("v1", "v2", "xorbs"):
+            self._cas(method, parts, query)
+            return
         store_path = None
         if len(parts) == 2 and parts[0] == "objects" and method in ("GET", "HEAD"):
             if self.server.app.token is not None:
@@ -948,6 +987,66 @@ class _Handler(BaseHTTPRequestHandler):
         size = os.stat(store_path).st_size
         self._send_file(store_path, size, {"ETag": f'"{parts[1]}"'}, key=parts[1])
 
+
+    # -- the CAS (Xet) --------------------------------------------------------------------
+
+    def _cas(self, method: str, parts: list[str], query: dict[str, list[str]]) -> None:
+        app = self.server.app
+        xet = getattr(app.store, "xet", None)
+        if parts == ["v1", "telemetry"] and method == "POST":
+            self._send_json({})
+            return
+        if len(parts) == 3 and parts[:2] == ["xorbs", "default"] and method in ("GET", "HEAD"):
+            # A xorb's URL is presigned, as the CAS's are: no token comes with it.
+            self._check_signature(f"xorb:{parts[2]}", query)
+            path = xet.xorb_path(parts[2]) if xet is not None else None
+            if path is None:
+                raise _HttpError(404, None, f"no xorb {parts[2]}")
+            self._send_file(path, os.stat(path).st_size, {})
+            return
+        auth = self.headers.get("Authorization", "")
+        if xet is None or not app.xet_token_valid(auth.removeprefix("Bearer ")):
+            raise _HttpError(401, None, "Unauthorized: a Xet read token is needed")
+        if len(parts) == 3 and parts[1] == "reconstructions" and method == "GET":
+            self._reconstruction(xet, parts[0], parts[2])
+        else:
+            raise _HttpError(404, None, f"Not Found: {method} {self.path}")
+
+    def _reconstruction(self, xet: Any, version: str, file_hash: str) -> None:
+        found = xet.terms(file_hash)
+        if found is None:
+            raise _HttpError(404, None, f"no file {file_hash}")
+        first = last = None
+        if (header := self.headers.get("Range")) is not None:
+            if found[0] == 0:
+                raise _HttpError(416, None, "Range Not Satisfiable")
+            first, last = self._parse_range(header, found[0])
+        skip, terms = xet.reconstruction(file_hash, first, last)
+        app = self.server.app
+        expires = int(time.time()) + XET_TOKEN_S
+
+        def url_of(xorb: str) -> str:
+            signature = app.signature(f"xorb:{xorb}", expires)
+            return f"{app.cdn_url}/xorbs/default/{xorb}?Expires={expires}&Signature={signature}"
+        ranges: dict[str, dict[tuple[int, int], tuple[int, int]]] = {}
+        for t in terms:
+            ranges.setdefault(t.xorb, {})[(t.start, t.end)] = xet.xorb(t.xorb).byte_range(
+                t.start, t.end)
+        answer: dict[str, Any] = {
+            "offset_into_first_range": skip,
+            "terms": [{"hash": t.xorb, "unpacked_length": t.length,
+                       "range": {"start": t.start, "end": t.end}} for t in terms],
+        }
+        if version == "v2":
+            answer["xorbs"] = {xorb: [{"url": url_of(xorb), "ranges": [
+                {"chunks": {"start": a, "end": b}, "bytes": {"start": lo, "end": hi}}
+                for (a, b), (lo, hi) in sorted(by.items())]}] for xorb, by in ranges.items()}
+        else:
+            answer["fetch_info"] = {xorb: [
+                {"range": {"start": a, "end": b}, "url": url_of(xorb),
+                 "url_range": {"start": lo, "end": hi}}
+                for (a, b), (lo, hi) in sorted(by.items())] for xorb, by in ranges.items()}
+        self._send_json(answer)
 
     def _check_signature(self, sha256: str, query: dict[str, list[str]]) -> None:
         try:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from wlock.hubserver.xet import XetStore
+
 # The patterns the Hub's default .gitattributes stores with LFS.
 LFS_PATTERNS = (
     "*.7z", "*.arrow", "*.bin", "*.bz2", "*.ckpt", "*.ftz", "*.gguf", "*.gz", "*.h5",
@@ -52,6 +54,8 @@ class StoredFile:
     sha256: str
     blob_id: str  # git oid of the content, or of the LFS pointer for LFS files
     lfs: bool
+    # The file's Xet hash (the Hub's string form) when the store keeps it on Xet too.
+    xet_hash: str | None = None
 
     @property
     def pointer_size(self) -> int:
@@ -109,6 +113,8 @@ class DiskStore:
         self.root = root
         self._cache: dict[Path, tuple[tuple[int, int, int], Repo]] = {}
         self._lock = threading.Lock()
+        # The store's Xet side: chunks, xorbs and reconstructions (wlock.hubserver.xet).
+        self.xet = XetStore(root)
 
     def repo_dir(self, kind: str, repo_id: str) -> Path:
         return self.root / "repos" / f"{kind}s" / repo_id
@@ -151,7 +157,7 @@ def _repo_from_json(kind: str, repo_id: str, data: dict[str, Any]) -> Repo:
             date=c.get("date", DEFAULT_DATE),
             files={
                 p: StoredFile(path=p, size=f["size"], sha256=f["sha256"], blob_id=f["blob_id"],
-                              lfs=f["lfs"])
+                              lfs=f["lfs"], xet_hash=f.get("xet_hash"))
                 for p, f in c["files"].items()
             },
         )
@@ -171,11 +177,19 @@ FileSource = bytes | Path
 class StoreBuilder:
     """Writes repos into a DiskStore: commits (as deltas on a parent), branches, tags, access.
 
+    With `xet=True` every LFS file is stored on Xet as well, as the Hub stores them now
+    (wlock.hubserver.xet): its listings carry `xetHash`, its resolve answers `X-Xet-Hash`
+    and the `xet-auth` link, and hf_xet downloads it from the CAS by xorb ranges; the
+    plain-HTTP bridge (the redirect to the CDN) still serves it to everyone else. Off by
+    default: a Xet file is what huggingface_hub 1.0+ downloads through hf_xet instead of
+    plain HTTP, so a test sees that client path only where it asks for it.
+
     Safe to use while a server reads the store: every file is replaced atomically.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, xet: bool = False) -> None:
         self.root = root
+        self.xet = xet
         (root / "objects").mkdir(parents=True, exist_ok=True)
         (root / "repos").mkdir(parents=True, exist_ok=True)
         self._store = DiskStore(root)
@@ -253,6 +267,9 @@ class StoreBuilder:
             )
             blob_id = git_blob_id(lfs_pointer(sha256, size)) if is_lfs else content_oid
             table[path] = {"size": size, "sha256": sha256, "blob_id": blob_id, "lfs": is_lfs}
+            if is_lfs and self.xet and size:  # the Hub keeps empty files in git
+                content = source if isinstance(source, bytes) else source.read_bytes()
+                table[path]["xet_hash"] = self._store.xet.add(content)
         listing = json.dumps(
             [parent, message, date, sorted((p, f["blob_id"]) for p, f in table.items())]
         ).encode()
