@@ -42,9 +42,21 @@ def random_file(path: Path, size: int) -> Path:
     return path
 
 
-def shards_repo(root: Path, shards: int, shard_mb: int, small: int) -> Path:
+# How snapshot_download fetches a Xet store's files: through hf_xet as huggingface_hub 1.0+
+# does by default, the same with hf_xet's high-performance mode, or by plain HTTP through the
+# bridge (hf_xet turned off, as where it is not installed).
+HF_XET_MODES = {
+    "hf_xet": {},
+    "hf_xet high-perf": {"HF_XET_HIGH_PERFORMANCE": "1"},
+    "plain HTTP": {"HF_HUB_DISABLE_XET": "1"},
+}
+
+
+def shards_repo(root: Path, shards: int, shard_mb: int, small: int, *,
+                xet: bool = False) -> Path:
     """A store at `root/store` holding model `bench/shards`: `shards` shards of `shard_mb` MiB
-    of random bytes plus `small` small JSON files and a config.json. Returns the store."""
+    of random bytes plus `small` small JSON files and a config.json. Returns the store. With
+    `xet`, its LFS files are on Xet as well (the Hub's CAS, for hf_xet)."""
     from wlock.hubserver.store import StoreBuilder
 
     files: dict[str, bytes | Path] = {}
@@ -54,7 +66,7 @@ def shards_repo(root: Path, shards: int, shard_mb: int, small: int) -> Path:
     for n in range(small):
         files[f"extra/file-{n:03d}.json"] = os.urandom(2048 + n)
     files["config.json"] = b'{"model_type": "bench"}\n'
-    StoreBuilder(root / "store").commit("model", "bench/shards", files)
+    StoreBuilder(root / "store", xet=xet).commit("model", "bench/shards", files)
     for generated in (root / "gen").glob("*"):
         generated.unlink()  # the store holds its own copy (or a hard link)
     return root / "store"

@@ -12,7 +12,15 @@ from typing import Any
 import hf_xet
 import httpx2
 import pytest
-from huggingface_hub import HfApi, get_hf_file_metadata, hf_hub_url, snapshot_download
+from huggingface_hub import (
+    HfApi,
+    constants,
+    get_hf_file_metadata,
+    hf_hub_download,
+    hf_hub_url,
+    snapshot_download,
+)
+from huggingface_hub import errors as hf_errors
 
 from tests.conftest import Hub, random_weights, run_wlock, write_project
 from wlock.hubserver.store import StoreBuilder
@@ -80,6 +88,28 @@ def test_v2_falls_back_to_v1(hub: Hub, xet_repo: tuple[str, str, dict[str, bytes
     assert all((folder / n).read_bytes() == d for n, d in files.items())
     paths = [e["path"] for e in requests(hub)]
     assert any(p.startswith("/v1/reconstructions/") for p in paths)
+
+
+def test_the_bridge_refuses_past_its_limit_and_the_cas_serves(
+        hub: Hub, xet_repo: tuple[str, str, dict[str, bytes]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the Hub's bridge answers 400 above ~400 GB: plain HTTP fails, hf_xet does not."""
+    repo_id, sha, files = xet_repo
+    hub.process.faults(bridge_limit=2_000_000)
+    folder = Path(snapshot_download(repo_id, revision=sha, endpoint=hub.endpoint,
+                                    cache_dir=tmp_path / "xet"))
+    assert all((folder / n).read_bytes() == d for n, d in files.items())
+    small = "model-00002-of-00002.safetensors"  # 1.5 MB: under the limit
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)  # read at import from the env
+    for name, refused in ((small, False), ("model-00001-of-00002.safetensors", True)):
+        try:
+            got = Path(hf_hub_download(repo_id, name, revision=sha, endpoint=hub.endpoint,
+                                       cache_dir=tmp_path / "plain")).read_bytes()
+        except hf_errors.BadRequestError as e:
+            assert refused and "too large for the bridge" in str(e), e
+        else:
+            assert not refused and got == files[name]
+    assert any(e["path"].startswith("/objects/") for e in requests(hub))
 
 
 def test_listing_and_headers_carry_the_file_hash(

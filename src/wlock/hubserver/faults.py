@@ -2,6 +2,7 @@
 
     {"latency_ms": 50,                       # added before every request on both listeners
      "tree_page_size": 100,                  # smaller pages to exercise Link pagination
+     "bridge_limit": 400 * 10**9,            # the bridge answers 400 above this size
      "link": {"mb_per_s": 20, "delay_ms": 20, "reset_every": 0, "listener": "cdn"},
      "rules": [{"match": "/resolve/", "method": "GET", "listener": "hub", "times": 2,
                 "action": "status", "status": 429, "retry_after": 1}]}
@@ -109,6 +110,10 @@ class Faults:
         self._lock = threading.Lock()
         self.latency_ms = 0.0
         self.tree_page_size = 1000
+        # The bridge (the plain-HTTP route to a Xet file: the CDN here) refuses files above
+        # this many bytes, as the Hub's answers 400 above ~400 GB (huggingface_hub #4330);
+        # the CAS serves them. None: no limit.
+        self.bridge_limit: int | None = None
         self._rules: list[Rule] = []
         self.link = Link()
 
@@ -117,6 +122,8 @@ class Faults:
         with self._lock:
             self.latency_ms = float(raw.get("latency_ms", 0))
             self.tree_page_size = int(raw.get("tree_page_size", 1000))
+            limit = raw.get("bridge_limit")
+            self.bridge_limit = None if limit is None else int(limit)
             self._rules = rules
             self.link = Link.from_json(raw.get("link") or {})
 

@@ -35,10 +35,12 @@ def example_manifest() -> Path:
     return Path(__file__).resolve().parents[3] / "fixtures" / "example" / "weights.toml"
 
 
-def build_fixture_store(store_root: Path, fixtures: Path | None = None) -> StoreBuilder:
-    """Write every fixture repo into a store at `store_root`; returns the builder for more."""
+def build_fixture_store(store_root: Path, fixtures: Path | None = None, *,
+                        xet: bool = False) -> StoreBuilder:
+    """Write every fixture repo into a store at `store_root` (LFS files on Xet too with
+    `xet`); returns the builder for more."""
     fixtures = fixtures or bundled_fixtures()
-    builder = StoreBuilder(store_root)
+    builder = StoreBuilder(store_root, xet=xet)
     for kind in ("model", "dataset"):
         for repo_toml in sorted((fixtures / f"{kind}s").glob("*/*/repo.toml")):
             folder = repo_toml.parent

@@ -88,11 +88,14 @@ class HubProcess:
             return json.loads(response.read())
 
     def faults(self, *rules: dict[str, Any], latency_ms: float = 0,
-               tree_page_size: int = 1000, link: dict[str, Any] | None = None) -> None:
+               tree_page_size: int = 1000, link: dict[str, Any] | None = None,
+               bridge_limit: int | None = None) -> None:
         """Replace the fault configuration (no arguments: no faults). `link` shapes the
-        link (wlock.hubserver.faults.Link): {"mb_per_s": 20, "delay_ms": 20}."""
+        link (wlock.hubserver.faults.Link): {"mb_per_s": 20, "delay_ms": 20}.
+        `bridge_limit`: the bridge refuses files above that many bytes (the CAS does not)."""
         self._call("POST", "faults", {"rules": list(rules), "latency_ms": latency_ms,
-                                      "tree_page_size": tree_page_size, "link": link or {}})
+                                      "tree_page_size": tree_page_size, "link": link or {},
+                                      "bridge_limit": bridge_limit})
 
     def stats(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "stats")

@@ -985,6 +985,10 @@ class _Handler(BaseHTTPRequestHandler):
         if store_path is None:
             raise _HttpError(404, None, "NoSuchKey")
         size = os.stat(store_path).st_size
+        limit = self.server.app.faults.bridge_limit
+        if limit is not None and size > limit:
+            raise _HttpError(400, None, f"File too large for the bridge ({size} bytes, the "
+                             f"limit is {limit}): download it through a Xet client")
         self._send_file(store_path, size, {"ETag": f'"{parts[1]}"'}, key=parts[1])
 
 
