@@ -4,6 +4,7 @@ hf_xet downloads byte-identical files from the CAS by xorb ranges, never the bri
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -24,8 +25,10 @@ from huggingface_hub import errors as hf_errors
 
 from tests.conftest import Hub, random_weights, run_wlock, write_project
 from wlock.hubserver.store import StoreBuilder
-from wlock.hubserver.xet import HEADER_LEN
+from wlock.xet import xorb
 from wlock.xet.chunking import boundaries
+from wlock.xet.hashing import chunk_hash, to_hex
+from wlock.xet.xorb import HEADER_LEN
 
 
 @pytest.fixture
@@ -246,3 +249,59 @@ def test_wlock_syncs_a_xet_repo_through_the_bridge(
         assert result.code == 0, result.stderr
     snapshot = next(cache.glob(f"models--*/snapshots/{sha}"))
     assert all((snapshot / n).read_bytes() == d for n, d in files.items())
+
+
+def test_compressed_chunks_as_hf_xet_reads_them(hub: Hub, tmp_path: Path) -> None:
+    """Chunks stored with LZ4 and with byte grouping + LZ4 (what uploads choose for text and
+    for float tensors): hf_xet, xet-core's own decoder, downloads them byte-identical, and
+    wlock.xet.xorb decodes every xorb of the store to the same chunks."""
+    import numpy as np
+
+    repo_id = hub.unique_id("xet-lz4")
+    rng = np.random.default_rng(3)
+    files = {
+        "vocab.safetensors": b"".join(f"token {n} {n * 7919 % 1000}\n".encode()
+                                      for n in range(120_000)),
+        "model.safetensors": rng.normal(0, 0.02, 600_000).astype(np.float32).tobytes(),
+        "noise.safetensors": random_weights(400_000),
+    }
+    builder = StoreBuilder(hub.builder.root, xet=True)
+    sha = builder.commit("model", repo_id, files)
+    schemes: set[int] = set()
+    xorbs = builder.root / "xet" / "xorbs"
+    for path in xorbs.iterdir():
+        if path.suffix:
+            continue
+        region = path.read_bytes()
+        at = 0
+        while at < len(region):
+            schemes.add(region[at + 4])
+            at += HEADER_LEN + int.from_bytes(region[at + 1:at + 4], "little")
+        hashes = json.loads(path.with_name(f"{path.name}.json").read_bytes())["hashes"]
+        assert [to_hex(chunk_hash(c)) for c in xorb.decode(region)] == hashes
+    assert {xorb.NONE, xorb.LZ4, xorb.BG4_LZ4} <= schemes
+    folder = Path(snapshot_download(repo_id, revision=sha, endpoint=hub.endpoint,
+                                    cache_dir=tmp_path / "cache"))
+    for name, data in files.items():
+        assert (folder / name).read_bytes() == data, name
+    assert not [e for e in requests(hub) if e["path"].startswith("/objects/")]
+
+
+def test_xorb_decoding_refuses_what_is_not_the_format() -> None:
+    data = os.urandom(3000) + b"a" * 5000
+    good = xorb.encode(data, xorb.BG4_LZ4) + xorb.encode(data, xorb.LZ4)
+    assert list(xorb.decode(good)) == [data, data]
+    assert xorb.bg4_regroup(xorb.bg4_split(data[:4003])) == data[:4003]
+    cut = good[:-1]
+    with pytest.raises(xorb.XorbFormatError, match="cut short"):
+        list(xorb.decode(cut))
+    bad_size = bytearray(xorb.encode(data, xorb.NONE))
+    bad_size[5] ^= 1  # the unpacked size
+    with pytest.raises(xorb.XorbFormatError, match="unpacks to"):
+        list(xorb.decode(bytes(bad_size)))
+    bad_frame = bytearray(xorb.encode(data, xorb.LZ4))
+    bad_frame[12] ^= 0xFF
+    with pytest.raises(xorb.XorbFormatError):
+        list(xorb.decode(bytes(bad_frame)))
+    with pytest.raises(xorb.XorbFormatError, match="scheme 7"):
+        list(xorb.decode(xorb.header(1, 7, 1) + b"x"))

@@ -6,12 +6,12 @@ Content-Addressable Storage Protocol" describe it, and as hf_xet reads it:
 - a file is cut into content-defined chunks (wlock.xet.chunking); a chunk already stored
   (by its hash, in any file of the store) is not stored again, so a new revision of a file
   shares every unchanged chunk with the old one, and its reconstruction names them;
-- new chunks go into xorbs of at most 64 MiB and 8,192 chunks, in the spec's byte format:
-  per chunk an 8-byte header (version 0, compressed size in 3 bytes little-endian, the
-  compression scheme, uncompressed size in 3 bytes) then its bytes, stored uncompressed
-  (scheme 0, which the spec allows for any chunk). Only the chunk region is kept: it is what
-  a download reads (by the byte ranges the reconstruction gives); the metadata footer that
-  uploads write is not emulated;
+- new chunks go into xorbs of at most 64 MiB and 8,192 chunks, in the spec's byte format
+  (wlock.xet.xorb): per chunk an 8-byte header then its bytes, each stored as the smallest
+  of none, LZ4 and byte grouping + LZ4, as xet-core's uploads choose (random weights stay
+  uncompressed; text takes LZ4; bf16 tensors take byte grouping). Only the chunk region is
+  kept: it is what a download reads (by the byte ranges the reconstruction gives); the
+  metadata footer that uploads write is not emulated;
 - a file's reconstruction is its list of terms (xorb hash, chunk range, unpacked length),
   stored at build time; the CAS answers it whole or for a byte range, as /v1 (`fetch_info`,
   one URL and byte range per term) or /v2 (`xorbs`, ranges grouped under a URL).
@@ -35,16 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from wlock.xet import chunking, hashing
+from wlock.xet.xorb import BG4_LZ4, HEADER_LEN, LZ4, NONE, encode
 
 MAX_XORB_BYTES = 64 * 1024 * 1024
 MAX_XORB_CHUNKS = 8192
-HEADER_LEN = 8
 
 
-def chunk_header(size: int) -> bytes:
-    """Version 0, compressed size, scheme 0 (none), uncompressed size: the same here."""
-    three = size.to_bytes(3, "little")
-    return b"\x00" + three + b"\x00" + three
+def stored(piece: bytes | memoryview) -> bytes:
+    """A chunk as an upload stores it: the smallest of its encodings, none on a tie."""
+    return min((encode(piece, s) for s in (NONE, LZ4, BG4_LZ4)), key=len)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +195,9 @@ class XetStore:
         ends, sizes, at = [], [], 0
         region = bytearray()
         for piece in pieces:
-            region += chunk_header(len(piece))
-            region += piece
-            at += HEADER_LEN + len(piece)
+            serialized = stored(piece)
+            region += serialized
+            at += len(serialized)
             ends.append(at)
             sizes.append(len(piece))
         path = self.root / "xorbs" / name
