@@ -381,6 +381,10 @@ class SyncResult:
     link: Any = None
     # Small files' concurrency (wlock.cache.transfer.SmallGate), when any came from the Hub.
     small: Any = None
+    # Chunk-level upgrades (wlock.cache.upgrade): files, copied_bytes, fetched_bytes (from
+    # the Hub, in no other count), and downloaded_whole: a line per file tried and then
+    # downloaded whole instead, with the reason.
+    upgraded: dict[str, Any] = field(default_factory=dict)
 
 
 ProblemKind = Literal["missing", "wrong-size", "wrong-hash", "wrong-link", "wrong-ref", "unsafe"]

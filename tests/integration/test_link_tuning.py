@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, run_wlock, write_project
+from tests.conftest import Hub, random_weights, run_wlock, write_project
 from wlock.cache.transfer import (
     SMALL_CEILING,
     FetchJob,
@@ -166,7 +166,7 @@ def test_small_files_in_flight_follow_the_round_trips_each_costs(
     one once the redirect is learned. Counted by the emulator: the most requests it held at
     once, on both listeners, with 100 ms on every request."""
     repo_id = hub.unique_id("lfs-many" if lfs else "git-many")
-    hub.builder.commit("model", repo_id, {f"f/{n:03d}.json": os.urandom(200 + n)
+    hub.builder.commit("model", repo_id, {f"f/{n:03d}.json": random_weights(200 + n)
                                           for n in range(400)}, lfs=lfs)
     project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
     assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
@@ -200,7 +200,7 @@ def test_small_files_in_flight_keep_to_the_open_files_allowed(
 
 def test_small_files_back_off_when_the_hub_answers_429(hub: Hub, tmp_path: Path) -> None:
     repo_id = hub.unique_id("gate")
-    hub.builder.commit("model", repo_id, {f"f/{n:03d}.json": os.urandom(200 + n)
+    hub.builder.commit("model", repo_id, {f"f/{n:03d}.json": random_weights(200 + n)
                                           for n in range(200)})
     project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
     assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0

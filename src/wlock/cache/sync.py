@@ -39,6 +39,7 @@ from wlock.cache.layout import (
     temp_blob_path,
     write_empty_blob,
 )
+from wlock.cache.upgrade import UPGRADE_FROM, NotUpgraded, Upgrader, old_revision, predecessor
 from wlock.errors import (
     CheckFailedError,
     ExitCode,
@@ -285,6 +286,7 @@ def execute_plan(
     by_others = (0, 0)
     # The link as the probe found it (Transfer.tune), and the small files' gate (SmallGate).
     tuning: list[Any] = [None, None]
+    upgrades: dict[str, Any] = {}
     restored: dict[str, list[int]] = {}
     refused: list[str] = []
     # Links only to blobs that are in, the ref last: a snapshot never points at a missing
@@ -311,7 +313,7 @@ def execute_plan(
             fetched_bytes, hub_files, failures, failed_blobs, by_others = _download_all(
                 downloads, cache_dir, endpoint, token, jobs, connections, timeout, wrong_blobs,
                 builds, _Sources(sources, offline, restored, refused),
-                on_start, on_bytes, on_done, tuning, admit,
+                on_start, on_bytes, on_done, tuning, upgrades, admit,
             )
         try:
             for r in work:
@@ -336,7 +338,7 @@ def execute_plan(
                       fetched_bytes=fetched_bytes - sum(b for _, b in restored.values()),
                       seconds=time.monotonic() - started,
                       restored=restored, refused=tuple(refused), by_others=by_others,
-                      link=tuning[0], small=tuning[1])
+                      link=tuning[0], small=tuning[1], upgraded=upgrades)
 
 
 def _offline_error(repo: LockedRepo, f: LockedFile, asked: str = "") -> OfflineError:
@@ -418,11 +420,14 @@ def _download_all(
     on_bytes: Callable[[str, int], None] | None,
     on_done: Callable[[str, int], None] | None,
     tuning: list[Any],
+    upgrades: dict[str, Any],
     admit: Admit | None = None,
 ) -> tuple[int, int, list[WlockError], set[tuple[str, str, str]], tuple[int, int]]:
     """Fetch every blob; returns the bytes fetched (from any source), the files the Hub
     served, the failures, the blobs that failed, and the files (and bytes) another sync
-    published while this one waited for them."""
+    published while this one waited for them. `upgrades` is filled with what chunk-level
+    upgrades did: files, bytes copied from cached blobs, bytes fetched, and why each file
+    that was tried was downloaded whole instead."""
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     from wlock.cache.transfer import (
@@ -440,6 +445,7 @@ def _download_all(
     from_hub = [0]  # files the Hub served (not another writer, a source, or an empty file)
     by_others = [0, 0]  # files (and bytes) another sync published while this one waited
     counting = threading.Lock()
+    not_upgraded: list[str] = []
 
     def report(job: FetchJob, n: int) -> None:
         if on_bytes:
@@ -495,6 +501,12 @@ def _download_all(
                 _admitted(admit, repo, f, temp)
                 publish_blob(temp, paths.blob_file(f.etag), replace=wrong)
                 return f.size
+            if f.hash_kind == "sha256" and f.size >= UPGRADE_FROM and not sources.offline:
+                upgraded = _upgrade(repo, f, paths, temp)
+                if upgraded:
+                    _admitted(admit, repo, f, temp)
+                    publish_blob(temp, paths.blob_file(f.etag), replace=wrong)
+                    return 0  # its bytes from the Hub are counted by the upgrader
             for attempt in (1, 2):
                 job = FetchJob(
                     kind=repo.kind, repo_id=repo.id, revision=repo.revision, path=f.path,
@@ -532,6 +544,28 @@ def _download_all(
                 from_hub[0] += 1
         return f.size
 
+    def _upgrade(repo: LockedRepo, f: LockedFile, paths: RepoPaths, temp: str) -> bool:
+        """The file put together from its cached earlier revision and the chunks that
+        changed (wlock.cache.upgrade), verified in `temp`; False: not (then it is
+        downloaded whole, the reason kept for `-v` and --json)."""
+        old = predecessor(paths, repo.revision, f.path, f.etag)
+        revision = old_revision(old, paths, repo.revision, f.path) if old else None
+        if old is None or revision is None:
+            return False
+        job = FetchJob(kind=repo.kind, repo_id=repo.id, revision=repo.revision, path=f.path,
+                       size=f.size, etag=f.etag, hash_kind=f.hash_kind, temp=temp)
+        try:
+            with LEASES.hold(temp):
+                upgrader.fetch(job, old, revision)
+        except NotUpgraded as e:
+            with counting:
+                not_upgraded.append(f"{repo.id}/{f.path}: downloaded whole ({e})")
+                if e.refused:
+                    sources.refused.append(f"{repo.id}/{f.path}: chunk-level upgrade: {e}; "
+                                           "downloaded whole instead")
+            return False
+        return True
+
     # An LFS file costs two round trips (the endpoint, then the CDN), a git file one: the
     # small files in flight follow their mix (small_ceiling says why).
     smalls = [f for _, f in downloads if 0 < f.size < LARGE_FILE]
@@ -544,6 +578,7 @@ def _download_all(
                   small=small_ceiling(round_trips), on_bytes=report) as transfer, \
             ThreadPoolExecutor(max_workers=jobs) as large, \
             ThreadPoolExecutor(max_workers=transfer.small_gate.ceiling) as small:
+        upgrader = Upgrader(transfer, report)
         # Two pools: --jobs bounds the large transfers (each a worker process and several
         # connections); small files are latency-bound and get their own, wider concurrency,
         # so thousands of them do not wait behind the shards or behind --jobs.
@@ -561,8 +596,12 @@ def _download_all(
             hub_only = bool(bigs) and not sources.offline and not sources.sources
             if hub_only:
                 transfer.warm(min(jobs, len(bigs)))
-            if hub_only and connections is None and sum(f.size for _, f in bigs) >= PROBE_FROM:
-                r0, f0 = bigs[0]
+            # The probe reads ranges of a file from the Hub: not of one an upgrade will put
+            # together from its cached revision (those bytes would be fetched in vain).
+            fresh = [(r, f) for r, f in bigs if f.size < UPGRADE_FROM or predecessor(
+                builds[r.key].paths, r.revision, f.path, f.etag) is None]
+            if hub_only and connections is None and sum(f.size for _, f in fresh) >= PROBE_FROM:
+                r0, f0 = fresh[0]
                 tuning[0] = transfer.tune(FetchJob(
                     kind=r0.kind, repo_id=r0.id, revision=r0.revision, path=f0.path,
                     size=f0.size, etag=f0.etag, hash_kind=f0.hash_kind,
@@ -595,6 +634,8 @@ def _download_all(
                 pool.shutdown(wait=False, cancel_futures=True)
             transfer.abort()
             raise
+    upgrades.update(files=upgrader.files, copied_bytes=upgrader.copied,
+                    fetched_bytes=upgrader.fetched, downloaded_whole=sorted(not_upgraded))
     return fetched, from_hub[0], failures, failed, (by_others[0], by_others[1])
 
 

@@ -435,6 +435,19 @@ class Transfer:
         ended = max(e for _, _, e in bodies)
         return sum(n for n, _, _ in bodies) / max(ended - began, 1e-6)
 
+    @property
+    def http(self) -> httpx2.Client:
+        """This thread's HTTP client (no redirects followed), for wlock.cache.upgrade."""
+        return self._http
+
+    def resolve_url(self, kind: RepoKind, repo_id: str, revision: str, path: str) -> str:
+        prefix = "datasets/" if kind == "dataset" else ""
+        return f"{self.endpoint}/{prefix}{repo_id}/resolve/{revision}/{quote(path)}"
+
+    def headers_for(self, url: str) -> dict[str, str]:
+        """The headers of a request to `url`: the token only on the endpoint's origin."""
+        return self._headers_for(url)
+
     def _headers_for(self, url: str) -> dict[str, str]:
         headers = {"Accept-Encoding": "identity"}
         if self._token and origin_of(url) == self._origin:
@@ -499,8 +512,7 @@ class Transfer:
     # -- steps ------------------------------------------------------------------------------
 
     def _resolve_url(self, job: FetchJob) -> str:
-        prefix = "datasets/" if job.kind == "dataset" else ""
-        return f"{self.endpoint}/{prefix}{job.repo_id}/resolve/{job.revision}/{quote(job.path)}"
+        return self.resolve_url(job.kind, job.repo_id, job.revision, job.path)
 
     def _next_hop(self, url: str, response: Reply, job: FetchJob) -> str | None:
         """Where a redirect leads, or None when `response` is the answer. Raises on errors,

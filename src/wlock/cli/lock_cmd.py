@@ -115,9 +115,28 @@ def lock(
     elif dry_run:
         what = count(len(result.changes), "change") if result.changes else "no changes"
         info(f"Would write weights.lock: {what}. (--dry-run: nothing written)")
+        if result.changes and not settings.offline:
+            info(_download_line(result.lock, settings, timeout))
     else:
         verb = "Wrote" if result.written else "Unchanged:"
         info(f"{verb} weights.lock: {repos}, {files}, {size} in {elapsed:.2f}s.")
+
+
+def _download_line(lock: object, settings: Settings, timeout: float) -> str:
+    """What `wlock sync` of the new lock would download into this cache: chunk-level
+    upgrades planned from the reconstructions (wlock.cache.upgrade), nothing fetched."""
+    from wlock.cache.upgrade import estimate
+    from wlock.cli.sync_cmd import _token
+
+    e = estimate(lock, settings.cache_dir, settings.endpoint, _token(settings), timeout)
+    if not e.files:
+        return f"A sync would download nothing: every file is in {settings.cache_dir}."
+    line = (f"A sync would download {human_size(e.download)} "
+            f"({count(e.files, 'file')}, {human_size(e.size)}")
+    if e.upgraded:
+        line += (f"; {count(e.upgraded, 'file')} upgraded from its cached revision, only "
+                 "the changed chunks fetched")
+    return line + f") into {settings.cache_dir}."
 
 
 def _rescan(lock: object, project: Path, jobs: int, timeout: float, settings: Settings

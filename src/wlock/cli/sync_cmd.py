@@ -175,6 +175,9 @@ def sync(
         return
     for line in result.refused:
         warn(line)
+    if verbosity() >= 1:
+        for line in result.upgraded.get("downloaded_whole", ()):
+            info(line)
     info(_summary(plan, result))
     if result.link is not None and verbosity() >= 1:
         info(_link_line(result.link))
@@ -212,11 +215,17 @@ def _summary(plan: SyncPlan, result: SyncResult) -> str:
     files = sum(len(r.repo.files) for r in plan.repos)
     linked = plan.files_to_link
     parts = []
-    if result.fetched_files or not (result.restored or linked):
+    upgraded = result.upgraded.get("files", 0)
+    if result.fetched_files or not (result.restored or linked or upgraded):
         parts.append(f"{count(result.fetched_files, 'file')} "
                      f"({human_size(result.fetched_bytes)}) from the Hub")
     parts += [f"{count(n, 'file')} ({human_size(b)}) from {label}"
               for label, (n, b) in result.restored.items()]
+    if upgraded:
+        copied, fetched = result.upgraded["copied_bytes"], result.upgraded["fetched_bytes"]
+        parts.append(f"{count(upgraded, 'file')} upgraded from its cached revision "
+                     f"({human_size(fetched)} of changed chunks from the Hub, "
+                     f"{human_size(copied)} copied)")
     if result.by_others[0]:
         parts.append(f"{count(result.by_others[0], 'file')} "
                      f"({human_size(result.by_others[1])}) published by another sync meanwhile")
@@ -286,6 +295,11 @@ def _result_json(plan: SyncPlan, result: SyncResult | None, *, dry_run: bool,
         "restored": {label: {"files": n, "bytes": b}
                      for label, (n, b) in (result.restored.items() if result else ())},
         "refused": list(result.refused) if result else [],
+        # Files put together from their cached earlier revision and the changed chunks:
+        # the Hub's bytes for them are `fetched_bytes` here, not in the top-level count.
+        "upgraded": {key: (result.upgraded.get(key, default) if result else default)
+                     for key, default in (("files", 0), ("copied_bytes", 0),
+                                          ("fetched_bytes", 0), ("downloaded_whole", []))},
         "by_other_syncs": {"files": result.by_others[0] if result else 0,
                            "bytes": result.by_others[1] if result else 0},
         "link": ({"one_stream_bytes_per_s": round(result.link.one_stream),

@@ -1,0 +1,152 @@
+"""Upgrades that fetch only the chunks that changed (wlock.cache.upgrade), on the emulator's
+Xet: bytes counted by the emulator on every path a client can take (xorb ranges, the bridge),
+the result judged by the lock's sha256, `wlock check` and huggingface_hub's offline load."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from huggingface_hub import hf_hub_download
+
+from tests.conftest import Hub, random_weights, run_wlock, write_project
+from wlock.hubserver.store import StoreBuilder
+from wlock.xet.chunking import boundaries
+
+SHARD = "model.safetensors"
+
+
+def cache() -> Path:
+    return Path(os.environ["HF_HOME"]) / "hub"
+
+
+def served(hub: Hub, *names: str) -> int:
+    """Bytes of file content the emulator served: xorb ranges and the bridge's objects."""
+    return sum(e["bytes"] for e in hub.process.stats()["log"]
+               if e["path"].startswith(("/xorbs/", "/objects/")))
+
+
+def changed(data: bytes, every: int) -> bytes:
+    """`data` with a byte flipped in the middle of one chunk in `every`."""
+    cuts = [0, *boundaries(data)]
+    out = bytearray(data)
+    for k in range(0, len(cuts) - 1, every):
+        out[(cuts[k] + cuts[k + 1]) // 2] ^= 0xFF
+    return bytes(out)
+
+
+def upgraded(hub: Hub, tmp_path: Path, old: dict[str, bytes], new: dict[str, bytes],
+             kind: str = "model", *extra: str) -> tuple[Path, dict, str]:
+    """Lock and sync `old`, commit `new` over it, lock --upgrade and sync --json again;
+    the project, the second sync's JSON report and the new commit."""
+    repo_id = hub.unique_id("upgrade")
+    builder = StoreBuilder(hub.builder.root, xet=True)
+    builder.commit(kind, repo_id, old)
+    project = write_project(tmp_path / "p", f'[[{kind}]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    assert run_wlock("sync", "--endpoint", hub.endpoint, cwd=project).code == 0
+    sha = builder.commit(kind, repo_id, new)
+    hub.process.reset_stats()
+    dry = run_wlock("lock", "--upgrade", "--dry-run", "--endpoint", hub.endpoint, cwd=project)
+    assert dry.code == 0, dry.stderr
+    # The figure the dry run gives, read back in bytes (human_size: 3 significant digits).
+    said = re.search(r"A sync would download ([\d.]+) (B|kB|MB|GB)", dry.stderr + dry.stdout)
+    assert said, dry.stderr
+    predicted = float(said.group(1)) * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[said.group(2)]
+    assert served(hub) == 0  # metadata only
+    result = run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 0, result.stderr
+    hub.process.reset_stats()
+    result = run_wlock("sync", "--json", "--endpoint", hub.endpoint, *extra, cwd=project)
+    assert result.code == 0, result.stderr
+    report = json.loads(result.stdout)
+    fetched = served(hub)
+    if report["upgraded"]["files"]:  # the dry run's figure within 10% of what was fetched
+        assert abs(predicted - fetched) <= 0.1 * fetched, (predicted, fetched)
+    return project, report, sha
+
+
+def test_an_upgrade_fetches_only_the_changed_chunks(hub: Hub, tmp_path: Path) -> None:
+    before = random_weights(24 * 2**20)
+    after = changed(before, 10)
+    project, report, sha = upgraded(hub, tmp_path, {SHARD: before, "config.json": b"{}"},
+                                    {SHARD: after})
+    assert report["upgraded"]["files"] == 1, report
+    fetched = served(hub)
+    assert fetched <= 0.15 * len(after), fetched
+    assert report["upgraded"]["fetched_bytes"] == fetched
+    assert report["upgraded"]["copied_bytes"] >= 0.85 * len(after)
+    # Only the xorb ranges of the new chunks: nothing through the bridge.
+    assert not [e for e in hub.process.stats()["log"] if e["path"].startswith("/objects/")]
+    assert run_wlock("check", cwd=project).code == 0
+    repo_id = report["repos"][0]["id"]
+    path = hf_hub_download(repo_id, SHARD, revision=sha, local_files_only=True,
+                           cache_dir=cache())
+    assert Path(path).read_bytes() == after
+
+
+def test_a_dataset_file_that_grew_by_appended_rows(hub: Hub, tmp_path: Path) -> None:
+    rows = b"".join(json.dumps({"id": n, "text": os.urandom(40).hex()}).encode() + b"\n"
+                    for n in range(120_000))
+    more = b"".join(json.dumps({"id": n, "text": os.urandom(40).hex()}).encode() + b"\n"
+                    for n in range(120_000, 132_000))
+    name = "data/train.jsonl"
+    project, report, sha = upgraded(hub, tmp_path, {name: rows}, {name: rows + more},
+                                    "dataset")
+    assert report["upgraded"]["files"] == 1, report
+    # The new rows, and the one chunk at the old end that now runs on into them.
+    assert served(hub) <= len(more) + 2 * 128 * 1024, (served(hub), len(more))
+    assert run_wlock("check", cwd=project).code == 0
+    path = hf_hub_download(report["repos"][0]["id"], name, repo_type="dataset", revision=sha,
+                           local_files_only=True, cache_dir=cache())
+    assert Path(path).read_bytes() == rows + more
+
+
+@pytest.mark.parametrize("fault", ["corrupt", "truncate"])
+def test_wrong_xorb_bytes_are_refused_and_named(hub: Hub, tmp_path: Path, fault: str) -> None:
+    """A xorb range with a flipped byte (it decodes, and would be copied in): refused and
+    warned of; one cut short: named as not arrived. Either way the file is then downloaded
+    whole through the bridge, verified."""
+    before = random_weights(12 * 2**20)
+    after = changed(before, 10)
+    hub.process.faults({"match": "^/xorbs/", "action": fault, "listener": "cdn"})
+    project, report, sha = upgraded(hub, tmp_path, {SHARD: before}, {SHARD: after})
+    assert report["upgraded"]["files"] == 0
+    [whole] = report["upgraded"]["downloaded_whole"]
+    assert whole.startswith(f"{report['repos'][0]['id']}/{SHARD}: downloaded whole (")
+    if fault == "corrupt":
+        [line] = report["refused"]
+        assert SHARD in line and "chunk-level upgrade" in line and "refused" in line, line
+    else:
+        assert "did not arrive" in whole and not report["refused"], report
+    assert report["fetched_files"] == 1  # the bridge
+    assert run_wlock("check", cwd=project).code == 0
+    path = hf_hub_download(report["repos"][0]["id"], SHARD, revision=sha,
+                           local_files_only=True, cache_dir=cache())
+    assert Path(path).read_bytes() == after
+
+
+def test_a_cached_blob_changed_on_disk_is_not_copied(hub: Hub, tmp_path: Path) -> None:
+    """The cached revision's blob with a byte flipped since it was synced: its chunks are not
+    the Hub's, so none is copied (the final hash would refuse them anyway)."""
+    before = random_weights(12 * 2**20)
+    repo_id = hub.unique_id("upgrade-rot")
+    builder = StoreBuilder(hub.builder.root, xet=True)
+    builder.commit("model", repo_id, {SHARD: before})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    assert run_wlock("sync", "--endpoint", hub.endpoint, cwd=project).code == 0
+    [blob] = (Path(os.environ["HF_HOME"]) / "hub").glob("models--*upgrade-rot*/blobs/*")
+    rotten = bytearray(before)
+    rotten[5_000_000] ^= 1
+    blob.chmod(0o644)
+    blob.write_bytes(bytes(rotten))
+    builder.commit("model", repo_id, {SHARD: changed(before, 10)})
+    assert run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project).code == 0
+    result = run_wlock("-v", "sync", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 0, result.stderr
+    assert "not the file the Hub names" in result.stderr + result.stdout
+    assert run_wlock("check", cwd=project).code == 0
