@@ -385,6 +385,8 @@ class SyncResult:
     # the Hub, in no other count), and downloaded_whole: a line per file tried and then
     # downloaded whole instead, with the reason.
     upgraded: dict[str, Any] = field(default_factory=dict)
+    # Each large file the Hub served: "repo/path" -> (engine, why it when not the default).
+    engines: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 ProblemKind = Literal["missing", "wrong-size", "wrong-hash", "wrong-link", "wrong-ref", "unsafe"]

@@ -246,8 +246,12 @@ def execute_plan(
     on_bytes: Callable[[str, int], None] | None = None,
     on_done: Callable[[str, int], None] | None = None,
     admit: Admit | None = None,
+    engine: str = "auto",
 ) -> SyncResult:
     """Fetch, verify, publish, link and ref everything `plan` lists as missing.
+
+    `engine` (--engine) chooses what fetches large files (wlock.cache.transfer.Transfer);
+    the result's `engines` says which fetched each, and why hf_xet where it was not asked.
 
     `admit(repo, file, temp)` is asked about every blob's verified bytes before they are
     published, and may raise (the policy's judgement of what the bytes would make a loader
@@ -287,6 +291,7 @@ def execute_plan(
     # The link as the probe found it (Transfer.tune), and the small files' gate (SmallGate).
     tuning: list[Any] = [None, None]
     upgrades: dict[str, Any] = {}
+    engines: dict[str, tuple[str, str]] = {}
     restored: dict[str, list[int]] = {}
     refused: list[str] = []
     # Links only to blobs that are in, the ref last: a snapshot never points at a missing
@@ -313,7 +318,7 @@ def execute_plan(
             fetched_bytes, hub_files, failures, failed_blobs, by_others = _download_all(
                 downloads, cache_dir, endpoint, token, jobs, connections, timeout, wrong_blobs,
                 builds, _Sources(sources, offline, restored, refused),
-                on_start, on_bytes, on_done, tuning, upgrades, admit,
+                on_start, on_bytes, on_done, tuning, upgrades, admit, engine, engines,
             )
         try:
             for r in work:
@@ -338,7 +343,8 @@ def execute_plan(
                       fetched_bytes=fetched_bytes - sum(b for _, b in restored.values()),
                       seconds=time.monotonic() - started,
                       restored=restored, refused=tuple(refused), by_others=by_others,
-                      link=tuning[0], small=tuning[1], upgraded=upgrades)
+                      link=tuning[0], small=tuning[1], upgraded=upgrades,
+                      engines=dict(sorted(engines.items())))
 
 
 def _offline_error(repo: LockedRepo, f: LockedFile, asked: str = "") -> OfflineError:
@@ -422,12 +428,15 @@ def _download_all(
     tuning: list[Any],
     upgrades: dict[str, Any],
     admit: Admit | None = None,
+    engine: str = "auto",
+    engines: dict[str, tuple[str, str]] | None = None,
 ) -> tuple[int, int, list[WlockError], set[tuple[str, str, str]], tuple[int, int]]:
     """Fetch every blob; returns the bytes fetched (from any source), the files the Hub
     served, the failures, the blobs that failed, and the files (and bytes) another sync
     published while this one waited for them. `upgrades` is filled with what chunk-level
     upgrades did: files, bytes copied from cached blobs, bytes fetched, and why each file
-    that was tried was downloaded whole instead."""
+    that was tried was downloaded whole instead. `engines` is filled with the engine that
+    fetched each large file the Hub served, and why (Transfer.engines)."""
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     from wlock.cache.transfer import (
@@ -575,7 +584,8 @@ def _download_all(
     # that budget, shared by the large files in flight, as the user asked.
     with Transfer(endpoint, token, jobs=jobs, connections=connections or DEFAULT_CONNECTIONS,
                   fixed=connections is not None, timeout=timeout,
-                  small=small_ceiling(round_trips), on_bytes=report) as transfer, \
+                  small=small_ceiling(round_trips), on_bytes=report,
+                  engine=engine) as transfer, \
             ThreadPoolExecutor(max_workers=jobs) as large, \
             ThreadPoolExecutor(max_workers=transfer.small_gate.ceiling) as small:
         upgrader = Upgrader(transfer, report)
@@ -634,6 +644,9 @@ def _download_all(
                 pool.shutdown(wait=False, cancel_futures=True)
             transfer.abort()
             raise
+        finally:
+            if engines is not None:
+                engines.update(transfer.engines)
     upgrades.update(files=upgrader.files, copied_bytes=upgrader.copied,
                     fetched_bytes=upgrader.fetched, downloaded_whole=sorted(not_upgraded))
     return fetched, from_hub[0], failures, failed, (by_others[0], by_others[1])

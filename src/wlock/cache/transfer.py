@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urljoin, urlsplit
 
 from wlock.cache.curl import MAX_SIDE_BODY, Answer, Curl, Headers, WireError, origin_of
+from wlock.cache.xet_engine import HF_TRANSFER, HF_XET, XetEngine, XetFailure, XetUnavailable
 from wlock.errors import (
     HubError,
     HubUnreachableError,
@@ -41,6 +42,7 @@ from wlock.hashing import GrowingHash, hash_file, new_digest
 from wlock.hubstatus import hub_error, is_transient, retry_delay
 from wlock.models import RepoKind
 from wlock.version import __version__
+from wlock.xet.cas import XetFile, xet_file
 
 if TYPE_CHECKING:
     import httpx2
@@ -259,11 +261,19 @@ class Transfer:
         self, endpoint: str, token: str | None, *, jobs: int, connections: int = 8,
         fixed: bool = False, timeout: float = DEFAULT_TIMEOUT, small: int | None = None,
         on_bytes: Callable[[FetchJob, int], None] | None = None,
-        wait: Callable[[float], object] | None = None,
+        wait: Callable[[float], object] | None = None, engine: str = "auto",
     ) -> None:
         """`wait(seconds)` sleeps between attempts (default: a sleep that abort() cuts
-        short); tests pass their own to see what was waited."""
+        short); tests pass their own to see what was waited. `engine` (--engine): what
+        fetches large files: "hf_transfer" always, "xet" (hf_xet) every one stored on Xet,
+        "auto" hf_transfer unless the bridge refuses a file on Xet (its size limit)."""
         self.endpoint = endpoint.rstrip("/")
+        self._engine = engine
+        self._xet = XetEngine(timeout=timeout, jobs=jobs, token=token, endpoint=endpoint)
+        # Each large file fetched: its label -> (the engine, why that one when not the
+        # default), for `sync -v` and --json; and the files the bridge refused.
+        self.engines: dict[str, tuple[str, str]] = {}
+        self._to_xet: dict[str, str] = {}
         self._timeout = timeout
         # Set once a file gave up because the endpoint refuses connections: the other files
         # then fail at once with the same cause instead of each retrying for seconds.
@@ -344,6 +354,7 @@ class Transfer:
         removes its temp file; the worker processes are killed."""
         self._aborted.set()
         self._workers.kill()
+        self._xet.abort()
         self._curl.abort()  # small files' transfers stop within a second, silent or not
 
     def __enter__(self) -> Transfer:
@@ -470,11 +481,7 @@ class Transfer:
                 raise self._down_error(job)
             try:
                 if job.size >= LARGE_FILE:
-                    # A file that failed is tried again with half the connections: on a
-                    # flaky link fewer ranges fail at once, and each has more tries left.
-                    connections = max(1, self._per_file >> (attempt - 1))
-                    actual_hash, actual_size = self._fetch_large(job, self._resolve(job),
-                                                                 connections)
+                    actual_hash, actual_size = self._fetch_large_file(job, attempt)
                 else:
                     with self.small_gate.slot() as refuse:
                         try:
@@ -503,6 +510,71 @@ class Transfer:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(job.temp)
             raise IntegrityError(job, actual_size, actual_hash)
+
+    def _fetch_large_file(self, job: FetchJob, attempt: int) -> tuple[str, int]:
+        """A large file through the engine `--engine` and the file choose."""
+        url, xet = self._resolve_xet(job)
+        why = self._to_xet.get(job.label)
+        if why is None and self._engine == "xet":
+            if xet is None:
+                raise HubError(
+                    f"{job.label}: {self.endpoint} serves it without Xet (no X-Xet-Hash "
+                    "on its resolve answer), so --engine xet cannot fetch it",
+                    repo=job.repo_id, subject=job.label,
+                    hint="Sync with --engine auto (the default): files not on Xet go "
+                    "through hf_transfer.")
+            why = "--engine xet"
+        if why is not None and xet is not None:
+            return self._fetch_xet(job, xet, why)
+        # A file that failed is tried again with half the connections: on a flaky link
+        # fewer ranges fail at once, and each has more tries left.
+        connections = max(1, self._per_file >> (attempt - 1))
+        try:
+            done = self._fetch_large(job, url, connections)
+        except _Retryable as e:
+            if e.status != 400:
+                raise
+            # The bridge (the plain-HTTP route to a file on Xet) refuses it: on the Hub,
+            # a file over its size limit (about 400 GB). Not worth another try there.
+            if xet is None or self._engine == HF_TRANSFER:
+                hint = ("Sync with --engine auto or --engine xet: the file is on Xet, and "
+                        "hf_xet fetches it from the CAS." if xet is not None else
+                        "Retry later; the server refuses to serve the file over HTTP.")
+                raise HubError(f"{job.label}: {e.final.cause or e}", repo=job.repo_id,
+                               subject=job.label, hint=hint) from None
+            why = f"the bridge refused it ({e.final.cause or 'HTTP 400'})"
+            self._to_xet[job.label] = why
+            return self._fetch_xet(job, xet, why)
+        self.engines[job.label] = (HF_TRANSFER, "")
+        return done
+
+    def _fetch_xet(self, job: FetchJob, xet: XetFile, why: str) -> tuple[str, int]:
+        """`job` through hf_xet into its temp file, then hashed: hf_xet does not check the
+        bytes it writes (wlock.cache.xet_engine)."""
+        try:
+            self._xet.fetch(self._http, xet, job.size, str(job.temp),
+                            lambda n: self._on_bytes(job, n))
+        except XetUnavailable as e:
+            raise HubError(f"{job.label}: hf_xet cannot fetch it: {e}", repo=job.repo_id,
+                           subject=job.label, hint="Check the token's access to the repo, "
+                           "or sync with --engine hf_transfer where the bridge serves the "
+                           "file.") from None
+        except XetFailure as e:
+            self._check_aborted()
+            failure = HubUnreachableError(
+                f"{job.label}: hf_xet failed: {e}", repo=job.repo_id, subject=job.label,
+                cause=f"hf_xet: the CAS answered {e.status}" if e.status else None,
+                hint="Retry; check the network and the endpoint.")
+            if e.status is not None and 400 <= e.status < 500 and e.status not in (408, 429):
+                raise failure from None
+            raise _Retryable(failure, reason="status" if e.status else "transient",
+                             status=e.status) from None
+        self.engines[job.label] = (HF_XET, why)
+        try:
+            size = os.stat(job.temp).st_size
+        except FileNotFoundError:  # hf_xet reported success and wrote nothing
+            return "", 0
+        return hash_file(job.temp, job.hash_kind), size
 
     def _down_error(self, job: FetchJob) -> HubUnreachableError:
         return HubUnreachableError(f"{job.label}: not fetched: {self._down}",
@@ -535,19 +607,27 @@ class Transfer:
 
     def _resolve(self, job: FetchJob) -> str:
         """The URL the bytes come from: the endpoint's own, or the CDN it redirects to."""
+        return self._resolve_xet(job)[0]
+
+    def _resolve_xet(self, job: FetchJob) -> tuple[str, XetFile | None]:
+        """The URL the bytes come from, and the file's Xet hash and token URL when the
+        endpoint's answer names them (wlock.xet.cas.xet_file)."""
         import httpx2
 
         url = self._resolve_url(job)
+        xet = None
         for _ in range(MAX_REDIRECTS):
             try:
                 response = self._http.request("HEAD", url, headers=self._headers_for(url))
             except httpx2.TransportError as e:
                 raise _transport_failure(self.endpoint, url, job, e, self._timeout) from e
+            if origin_of(url) == self._origin:
+                xet = xet_file(response) or xet
             target = self._next_hop(url, response, job)
             if target is None:
-                return url
+                return url, xet
             if origin_of(target) != self._origin:
-                return target  # a CDN: a signed URL, and no token
+                return target, xet  # a CDN: a signed URL, and no token
             url = target
         raise HubError(f"{job.label}: too many redirects from {self.endpoint}", repo=job.repo_id)
 
@@ -857,10 +937,11 @@ class _Retryable(Exception):
     connection cut, a worker's failure)."""
 
     def __init__(
-        self, final: HubError, delay: float | None = None, reason: str = "transient"
+        self, final: HubError, delay: float | None = None, reason: str = "transient",
+        status: int | None = None,
     ) -> None:
         super().__init__(str(final))
-        self.final, self.delay, self.reason = final, delay, reason
+        self.final, self.delay, self.reason, self.status = final, delay, reason, status
 
 
 class _SmallBody:
@@ -1024,4 +1105,5 @@ def _worker_failure(job: FetchJob, detail: str) -> Exception:
     return _Retryable(HubUnreachableError(
         f"{job.label}: {cause}", repo=job.repo_id,
         hint="Retry; check the network and the endpoint.", cause=cause if status else None,
-        subject=job.label), reason="status" if status else "transient")
+        subject=job.label), reason="status" if status else "transient",
+        status=int(status.group(1)) if status else None)

@@ -39,6 +39,14 @@ if TYPE_CHECKING:
               help="HTTP connections shared by the large files in flight (hf_transfer "
               "ranges). Default: found from the link, up to 64 (a sync of 256 MiB or more "
               "first reads 1 MiB with one stream and with four; 8 where more do not help).")
+@click.option("--engine", type=click.Choice(["auto", "xet", "hf_transfer"]), default="auto",
+              show_default=True,
+              help="What fetches large files. auto: hf_transfer (parallel ranges, fastest "
+              "on a link capped per stream), and hf_xet (the Hub's Xet client, from its "
+              "CAS) for a file the plain-HTTP bridge refuses (over its size limit); xet: "
+              "hf_xet for every large file on Xet; hf_transfer: never hf_xet. Every engine's "
+              "bytes are verified before they are published; -v and --json say which "
+              "fetched each file.")
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30, show_default=True,
               metavar="SECONDS",
               help="Cancel and retry (once) a transfer that receives nothing for this long; "
@@ -54,8 +62,8 @@ if TYPE_CHECKING:
 @common_options
 def sync(
     locked: bool, frozen: bool, dry_run: bool, verify: bool, jobs: int, connections: int | None,
-    timeout: float, from_caches: tuple[Path, ...], archive_flag: str | None, no_archive: bool,
-    settings: Settings,
+    engine: str, timeout: float, from_caches: tuple[Path, ...], archive_flag: str | None,
+    no_archive: bool, settings: Settings,
 ) -> None:
     """Materialize exactly the locked files into the Hugging Face cache.
 
@@ -166,7 +174,7 @@ def sync(
             connections=connections, timeout=timeout, offline=settings.offline,
             sources=sources,
             on_start=progress.start, on_bytes=progress.advance, on_done=progress.done,
-            admit=admission(policy),
+            admit=admission(policy), engine=engine,
         )
     finally:
         progress.close()
@@ -178,11 +186,24 @@ def sync(
     if verbosity() >= 1:
         for line in result.upgraded.get("downloaded_whole", ()):
             info(line)
+        for label, (engine_used, why) in result.engines.items():
+            if engine_used == "hf_xet":  # hf_transfer, the default, said once below
+                info(f"{label}: through hf_xet ({why})")
     info(_summary(plan, result))
+    if result.engines and verbosity() >= 1:
+        info(_engine_line(result.engines))
     if result.link is not None and verbosity() >= 1:
         info(_link_line(result.link))
     if result.small is not None and verbosity() >= 1:
         info(_small_line(result.small))
+
+
+def _engine_line(engines: dict[str, tuple[str, str]]) -> str:
+    used: dict[str, int] = {}
+    for engine_used, _ in engines.values():
+        used[engine_used] = used.get(engine_used, 0) + 1
+    return "large files: " + ", ".join(f"{count(n, 'file')} through {name}"
+                                       for name, n in sorted(used.items()))
 
 
 def _link_line(link: object) -> str:
@@ -300,6 +321,10 @@ def _result_json(plan: SyncPlan, result: SyncResult | None, *, dry_run: bool,
         "upgraded": {key: (result.upgraded.get(key, default) if result else default)
                      for key, default in (("files", 0), ("copied_bytes", 0),
                                           ("fetched_bytes", 0), ("downloaded_whole", []))},
+        # Each large file the Hub served: the engine that fetched it, and why that one
+        # where it is not the default (hf_transfer).
+        "engines": {label: {"engine": used, "why": why}
+                    for label, (used, why) in (result.engines.items() if result else ())},
         "by_other_syncs": {"files": result.by_others[0] if result else 0,
                            "bytes": result.by_others[1] if result else 0},
         "link": ({"one_stream_bytes_per_s": round(result.link.one_stream),

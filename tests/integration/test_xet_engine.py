@@ -1,0 +1,225 @@
+"""hf_xet as an engine (wlock.cache.xet_engine), the real hf_xet against the emulator's CAS:
+a file the bridge refuses syncs through Xet, `--engine` chooses, and the sync's guarantees
+hold on the Xet path as on hf_transfer's (wrong bytes refused and named, kill -9 leaves
+nothing unverified, concurrent syncs fetch each blob once)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from huggingface_hub import hf_hub_download
+
+from tests.conftest import Hub, random_weights, run_wlock, write_project
+from wlock.hubserver.store import StoreBuilder
+from wlock.lock.lockfile import read_lock
+from wlock.xet.chunking import boundaries
+from wlock.xet.xorb import HEADER_LEN
+
+OVER = "model-00001-of-00002.safetensors"  # over the bridge's limit in these tests
+UNDER = "model-00002-of-00002.safetensors"
+LIMIT = 11_000_000
+
+
+def cache() -> Path:
+    return Path(os.environ["HF_HOME"]) / "hub"
+
+
+def xet_project(hub: Hub, tmp_path: Path, sizes: tuple[int, int] = (12_000_000, 9_000_000)
+                ) -> tuple[Path, str, dict[str, bytes]]:
+    """A locked project of a repo on Xet: two large shards and a config."""
+    repo_id = hub.unique_id("engine")
+    files = {OVER: random_weights(sizes[0]), UNDER: random_weights(sizes[1]),
+             "config.json": b'{"model_type": "bert"}'}
+    StoreBuilder(hub.builder.root, xet=True).commit("model", repo_id, files)
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    locked = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert locked.code == 0, locked.stderr
+    return project, repo_id, files
+
+
+def log(hub: Hub) -> list[dict]:
+    return list(hub.process.stats()["log"])
+
+
+def xorb_bytes(hub: Hub) -> int:
+    return sum(e["bytes"] for e in log(hub) if e["path"].startswith("/xorbs/"))
+
+
+def chunk_bytes(data: bytes) -> int:
+    """What hf_xet reads from xorbs for `data`: each chunk with its header (random bytes
+    are stored uncompressed)."""
+    return len(data) + HEADER_LEN * len(boundaries(data))
+
+
+def assert_loads_offline(repo_id: str, files: dict[str, bytes], sha: str) -> None:
+    for name, data in files.items():
+        path = hf_hub_download(repo_id, name, revision=sha, cache_dir=cache(),
+                               local_files_only=True)
+        assert Path(path).read_bytes() == data, name
+
+
+def test_a_file_over_the_bridges_limit_syncs_through_xet(hub: Hub, tmp_path: Path) -> None:
+    project, repo_id, files = xet_project(hub, tmp_path)
+    hub.process.faults(bridge_limit=LIMIT)
+    hub.process.reset_stats()
+    result = run_wlock("sync", "--json", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 0, result.stderr
+    engines = json.loads(result.stdout)["engines"]
+    assert engines[f"{repo_id}/{OVER}"]["engine"] == "hf_xet"
+    assert "bridge refused" in engines[f"{repo_id}/{OVER}"]["why"]
+    assert engines[f"{repo_id}/{UNDER}"] == {"engine": "hf_transfer", "why": ""}
+    # The shard over the limit came from xorb ranges, once; the bridge served it nothing.
+    assert xorb_bytes(hub) == chunk_bytes(files[OVER])
+    repo = read_lock(project / "weights.lock").repos[0]
+    over = next(f for f in repo.files if f.path == OVER)
+    bridge = [e for e in log(hub) if e["path"].startswith("/objects/")]
+    assert {e["status"] for e in bridge if over.etag in e["path"]} == {400}
+    sha = repo.revision
+    assert run_wlock("check", cwd=project).code == 0
+    assert_loads_offline(repo_id, files, sha)
+
+    verbose = run_wlock("-v", "sync", "--endpoint", hub.endpoint, "--cache-dir",
+                        str(tmp_path / "again"), cwd=project)
+    assert verbose.code == 0, verbose.stderr
+    assert f"{repo_id}/{OVER}: through hf_xet (the bridge refused it" in verbose.stderr
+    assert "large files: 1 file through hf_transfer, 1 file through hf_xet" in verbose.stderr
+
+
+def test_engine_hf_transfer_names_the_file_the_bridge_refuses(hub: Hub,
+                                                            tmp_path: Path) -> None:
+    project, repo_id, _ = xet_project(hub, tmp_path)
+    hub.process.faults(bridge_limit=LIMIT)
+    result = run_wlock("sync", "--engine", "hf_transfer", "--endpoint", hub.endpoint,
+                       cwd=project)
+    assert result.code == 5, result.stderr
+    assert f"{repo_id}/{OVER}" in result.stderr and "400" in result.stderr
+    assert "--engine auto or --engine xet" in result.stderr
+    assert not (cache() / f"models--{repo_id.replace('/', '--')}" / "snapshots").exists() or \
+        not any((cache() / f"models--{repo_id.replace('/', '--')}" / "snapshots").iterdir())
+
+
+def test_engine_xet_fetches_every_large_file_from_the_cas(hub: Hub, tmp_path: Path) -> None:
+    project, repo_id, files = xet_project(hub, tmp_path)
+    hub.process.reset_stats()
+    result = run_wlock("sync", "--json", "--engine", "xet", "--endpoint", hub.endpoint,
+                       cwd=project)
+    assert result.code == 0, result.stderr
+    engines = json.loads(result.stdout)["engines"]
+    assert set(engines) == {f"{repo_id}/{OVER}", f"{repo_id}/{UNDER}"}
+    assert {e["engine"] for e in engines.values()} == {"hf_xet"}
+    assert {e["why"] for e in engines.values()} == {"--engine xet"}
+    assert xorb_bytes(hub) == chunk_bytes(files[OVER]) + chunk_bytes(files[UNDER])
+    assert not [e for e in log(hub) if e["path"].startswith("/objects/")], "the bridge"
+    assert run_wlock("check", cwd=project).code == 0
+
+
+def test_engine_xet_on_an_endpoint_without_xet_says_so(hub: Hub, tmp_path: Path) -> None:
+    repo_id = hub.unique_id("plain")
+    StoreBuilder(hub.builder.root).commit("model", repo_id,
+                                          {"model.safetensors": random_weights(9_000_000)})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    result = run_wlock("sync", "--engine", "xet", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 5, result.stderr
+    assert f"{repo_id}/model.safetensors" in result.stderr
+    assert "without Xet" in result.stderr and "--engine auto" in result.stderr
+
+
+def test_wrong_xorb_bytes_are_refused_and_named(hub: Hub, tmp_path: Path) -> None:
+    """hf_xet writes what the CAS sends (huggingface_hub #3643): the sha256 is the judge."""
+    project, repo_id, files = xet_project(hub, tmp_path)
+    hub.process.faults({"match": "/xorbs/", "action": "corrupt", "listener": "cdn"})
+    result = run_wlock("sync", "--engine", "xet", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 1, result.stderr
+    assert f"{repo_id}: {OVER}: downloaded bytes do not match the lock" in result.stderr
+    repo = read_lock(project / "weights.lock").repos[0]
+    blobs = cache() / f"models--{repo_id.replace('/', '--')}" / "blobs"
+    for f in repo.files:
+        if f.size > 8 * 2**20:
+            assert not (blobs / f.etag).exists(), f.path  # never published
+    leftovers = [p.name for p in blobs.iterdir() if p.name not in {f.etag for f in repo.files}]
+    assert not leftovers, leftovers
+    # Once the CAS sends the right bytes, a sync completes, verified.
+    hub.process.faults()
+    assert run_wlock("sync", "--engine", "xet", "--endpoint", hub.endpoint,
+                     cwd=project).code == 0
+    assert run_wlock("check", cwd=project).code == 0
+    assert_loads_offline(repo_id, files, repo.revision)
+
+
+def test_kill_9_mid_file_on_the_xet_path_leaves_nothing_unverified(hub: Hub,
+                                                                  tmp_path: Path) -> None:
+    project, repo_id, files = xet_project(hub, tmp_path, (24_000_000, 9_000_000))
+    repo = read_lock(project / "weights.lock").repos[0]
+    over = next(f for f in repo.files if f.path == OVER)
+    blobs = cache() / f"models--{repo_id.replace('/', '--')}" / "blobs"
+    # 2 MB/s a response: the large shard takes seconds, long enough to be killed mid-way.
+    hub.process.faults(link={"mb_per_s": 2, "listener": "cdn"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wlock", "sync", "--engine", "xet", "--endpoint", hub.endpoint],
+        cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and xorb_bytes(hub) < 2_000_000:
+        time.sleep(0.05)
+    assert xorb_bytes(hub) >= 2_000_000, "the download never started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert not (blobs / over.etag).exists()  # nothing unverified is visible
+    snapshots = blobs.parent / "snapshots"
+    assert not snapshots.exists() or not any(snapshots.iterdir())
+    hub.process.faults()
+    result = run_wlock("sync", "--engine", "xet", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 0, result.stderr
+    assert run_wlock("check", cwd=project).code == 0
+    assert sorted(p.name for p in blobs.iterdir()) == sorted(f.etag for f in repo.files)
+    assert_loads_offline(repo_id, files, repo.revision)
+
+
+def test_concurrent_syncs_on_the_xet_path_fetch_each_blob_once(hub: Hub,
+                                                              tmp_path: Path) -> None:
+    project, _, files = xet_project(hub, tmp_path)
+    shared = tmp_path / "shared"
+    hub.process.faults({"action": "delay", "listener": "cdn", "match": "/xorbs/",
+                        "delay_ms": 300})
+    hub.process.reset_stats()
+    argv = [sys.executable, "-m", "wlock", "sync", "--engine", "xet", "--endpoint",
+            hub.endpoint, "--cache-dir", str(shared)]
+    procs = [subprocess.Popen(argv, cwd=project, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err
+    reconstructions = [e for e in log(hub) if "/reconstructions/" in e["path"]]
+    assert len(reconstructions) == 2, reconstructions  # one per large file, of 8 syncs
+    assert xorb_bytes(hub) == chunk_bytes(files[OVER]) + chunk_bytes(files[UNDER])
+    assert run_wlock("check", "--cache-dir", str(shared), cwd=project).code == 0
+
+
+def test_ctrl_c_stops_hf_xet_at_once(hub: Hub, tmp_path: Path) -> None:
+    """hf_xet runs in the sync's own process: Ctrl-C aborts its downloads, and the temp
+    files it was writing are removed, as hf_transfer's are."""
+    project, repo_id, _ = xet_project(hub, tmp_path, (24_000_000, 9_000_000))
+    blobs = cache() / f"models--{repo_id.replace('/', '--')}" / "blobs"
+    hub.process.faults(link={"mb_per_s": 1, "listener": "cdn"})  # a minute a shard
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wlock", "sync", "--engine", "xet", "--endpoint", hub.endpoint],
+        cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and xorb_bytes(hub) < 1_000_000:
+        time.sleep(0.05)
+    assert xorb_bytes(hub) >= 1_000_000, "the download never started"
+    stopped = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - stopped < 5
+    assert "Traceback" not in err
+    assert not list(cache().rglob("*.wlock-incomplete"))
+    assert not blobs.is_dir() or not [p for p in blobs.iterdir() if p.stat().st_size > 10**6]
