@@ -84,6 +84,10 @@ class LockedFile:
     size: int
     sha256: str | None = None
     git_sha1: str | None = None
+    # The file's Xet hash where the Hub gives one (its `xetHash`): the name of its
+    # reconstruction in the CAS, for chunk-level upgrades. Optional: a hint, never trusted
+    # over the sha256 (older locks have none).
+    xet: str | None = None
 
     @property
     def hash_kind(self) -> str:
@@ -107,7 +111,7 @@ class FileTable(Sequence[LockedFile]):
     LockedFile values made on access, so code that reads a lock sees one type either way.
     """
 
-    __slots__ = ("_digests", "_paths", "_sha256", "_sizes", "_starts")
+    __slots__ = ("_digests", "_paths", "_sha256", "_sizes", "_starts", "_xet")
 
     def __init__(self) -> None:
         self._paths = bytearray()  # UTF-8, one after another
@@ -115,16 +119,23 @@ class FileTable(Sequence[LockedFile]):
         self._sizes = array("q")
         self._digests = bytearray()  # 32 bytes a file; a git-sha1 is padded with zeros
         self._sha256 = bytearray()  # 1 for sha256, 0 for git-sha1
+        self._xet: dict[int, bytes] = {}  # index -> Xet hash, for the files that have one
 
-    def append(self, path: str, size: int, digest: str, sha256: bool) -> None:
+    def append(self, path: str, size: int, digest: str, sha256: bool,
+               xet: str | None = None) -> None:
+        if xet is not None:
+            self._xet[len(self._sizes)] = bytes.fromhex(xet)
         self._paths += path.encode()
         self._starts.append(len(self._paths))
         self._sizes.append(size)
         self._digests += bytes.fromhex(digest).ljust(32, b"\0")
         self._sha256.append(sha256)
 
-    def append_rendered(self, path: bytes, size: int, digest: bytes, sha256: bool) -> None:
-        """append() for the lock reader: the path in UTF-8, the digest in ASCII hex."""
+    def append_rendered(self, path: bytes, size: int, digest: bytes, sha256: bool,
+                        xet: bytes | None = None) -> None:
+        """append() for the lock reader: the path in UTF-8, the digests in ASCII hex."""
+        if xet is not None:
+            self._xet[len(self._sizes)] = unhexlify(xet)
         self._paths += path
         self._starts.append(len(self._paths))
         self._sizes.append(size)
@@ -165,7 +176,9 @@ class FileTable(Sequence[LockedFile]):
     def _file(self, i: int) -> LockedFile:
         path = self._paths[self._starts[i]:self._starts[i + 1]].decode()
         if self._sha256[i]:
-            return LockedFile(path, self._sizes[i], sha256=self._digests[32 * i:32 * i + 32].hex())
+            xet = self._xet.get(i)
+            return LockedFile(path, self._sizes[i], sha256=self._digests[32 * i:32 * i + 32].hex(),
+                              xet=xet.hex() if xet is not None else None)
         return LockedFile(path, self._sizes[i], git_sha1=self._digests[32 * i:32 * i + 20].hex())
 
     def __iter__(self) -> Iterator[LockedFile]:
@@ -174,8 +187,9 @@ class FileTable(Sequence[LockedFile]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, FileTable):
-            return (self._paths, self._starts, self._sizes, self._digests, self._sha256) == (
-                other._paths, other._starts, other._sizes, other._digests, other._sha256)
+            return (self._paths, self._starts, self._sizes, self._digests, self._sha256,
+                    self._xet) == (other._paths, other._starts, other._sizes, other._digests,
+                                   other._sha256, other._xet)
         if isinstance(other, Sequence):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented

@@ -9,11 +9,13 @@ import os
 import re
 from pathlib import Path
 
+import hf_xet
 import pytest
 from huggingface_hub import hf_hub_download
 
 from tests.conftest import Hub, random_weights, run_wlock, write_project
 from wlock.hubserver.store import StoreBuilder
+from wlock.lock.lockfile import read_lock
 from wlock.xet.chunking import boundaries
 
 SHARD = "model.safetensors"
@@ -80,7 +82,16 @@ def test_an_upgrade_fetches_only_the_changed_chunks(hub: Hub, tmp_path: Path) ->
     assert report["upgraded"]["fetched_bytes"] == fetched
     assert report["upgraded"]["copied_bytes"] >= 0.85 * len(after)
     # Only the xorb ranges of the new chunks: nothing through the bridge.
-    assert not [e for e in hub.process.stats()["log"] if e["path"].startswith("/objects/")]
+    log = hub.process.stats()["log"]
+    assert not [e for e in log if e["path"].startswith("/objects/")]
+    # The lock names the shard's Xet hash (the Hub's, as hf_xet computes it from the bytes),
+    # and the cached blob is named by its own: the CAS was asked directly, without a HEAD.
+    entry = next(f for f in read_lock(project / "weights.lock").repos[0].files
+                 if f.path == SHARD)
+    (tmp_path / "after").write_bytes(after)
+    [info] = hf_xet.hash_files([str(tmp_path / "after")])
+    assert entry.xet == info.hash
+    assert not [e for e in log if e["method"] == "HEAD" and SHARD in e["path"]]
     assert run_wlock("check", cwd=project).code == 0
     repo_id = report["repos"][0]["id"]
     path = hf_hub_download(repo_id, SHARD, revision=sha, local_files_only=True,
@@ -148,5 +159,32 @@ def test_a_cached_blob_changed_on_disk_is_not_copied(hub: Hub, tmp_path: Path) -
     assert run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project).code == 0
     result = run_wlock("-v", "sync", "--endpoint", hub.endpoint, cwd=project)
     assert result.code == 0, result.stderr
-    assert "not the file the Hub names" in result.stderr + result.stdout
+    assert "not a file the Hub's CAS holds" in result.stderr + result.stdout
     assert run_wlock("check", cwd=project).code == 0
+
+
+def test_the_lock_records_xet_hashes_where_the_hub_lists_them(hub: Hub, tmp_path: Path
+                                                             ) -> None:
+    """From paths-info (repo info's siblings carry none); an endpoint without that route
+    gives a lock without them; one that keeps failing fails the lock, naming the repo,
+    rather than writing a lock that depends on the moment."""
+    data = random_weights(3_000_000)
+    repo_id = hub.unique_id("xet-lock")
+    StoreBuilder(hub.builder.root, xet=True).commit("model", repo_id, {
+        SHARD: data, "config.json": b"{}"})
+    (tmp_path / "shard").write_bytes(data)
+    [info] = hf_xet.hash_files([str(tmp_path / "shard")])
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    files = {f.path: f for f in read_lock(project / "weights.lock").repos[0].files}
+    assert files[SHARD].xet == info.hash and files["config.json"].xet is None
+    text = (project / "weights.lock").read_text()
+    assert f'xet = "{info.hash}"' in text
+
+    hub.process.faults({"match": "/paths-info/", "action": "status", "status": 404})
+    assert run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project).code == 0
+    assert all(f.xet is None for f in read_lock(project / "weights.lock").repos[0].files)
+    hub.process.faults({"match": "/paths-info/", "action": "status", "status": 503})
+    failed = run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project)
+    assert failed.code == 5, failed.stderr
+    assert repo_id in failed.stderr

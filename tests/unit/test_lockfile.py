@@ -423,3 +423,43 @@ def test_loader_options_read_back_and_are_written_only_when_set(tmp_path: Path) 
     assert [(r.config, r.split, r.mmproj) for r in back.repos] == [
         (None, None, True), (None, None, False), ("sample-10BT", "train", True)]
     assert {r.id: r.selection for r in back.repos} == {r.id: r.selection for r in repos}
+
+
+XET_LOCK = Lock(manifest_digest="blake3:" + "0" * 64, repos=(LockedRepo(
+    kind="model", id="acme/xet", requested="main", revision=COMMIT_A, files=(
+        LockedFile(path="a.safetensors", size=9, sha256="1" * 64, xet="2" * 64),
+        LockedFile(path="b.safetensors", size=9, sha256="3" * 64),
+        LockedFile(path="config.json", size=2, git_sha1="4" * 40),
+    )),))
+
+
+def test_a_files_xet_hash_is_written_after_its_sha256_and_read_by_both_readers(
+        tmp_path: Path) -> None:
+    path = tmp_path / "weights.lock"
+    write_lock(path, XET_LOCK)
+    text = path.read_text(encoding="utf-8")
+    assert f'{{ path = "a.safetensors", size = 9, sha256 = "{"1" * 64}", xet = "{"2" * 64}" }}' \
+        in text
+    assert f'{{ path = "b.safetensors", size = 9, sha256 = "{"3" * 64}" }}' in text
+    fast, full = read_lock(path), read_lock(path, text=text)
+    assert type(fast.repos[0].files) is FileTable
+    assert fast == full
+    assert [f.xet for f in fast.repos[0].files] == ["2" * 64, None, None]
+    assert [f.xet for f in full.repos[0].files] == ["2" * 64, None, None]
+    assert render_lock(fast) == text
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda t: t.replace("2" * 64, "2" * 63),  # not a hash
+    lambda t: t.replace("2" * 64, "../" + "2" * 61),
+    lambda t: t.replace(f'git-sha1 = "{"4" * 40}"', f'git-sha1 = "{"4" * 40}", xet = "{"5" * 64}"'),
+    lambda t: t.replace(f'xet = "{"2" * 64}"', "xet = 2"),
+])
+def test_a_malformed_xet_hash_is_refused_at_its_line(tmp_path: Path, mutate) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "weights.lock"
+    write_lock(path, XET_LOCK)
+    path.write_text(mutate(path.read_text(encoding="utf-8")), encoding="utf-8")
+    with pytest.raises(InvalidFileError) as excinfo:
+        read_lock(path)
+    assert "`model.files`: acme/xet:" in str(excinfo.value)
+    assert "malformed xet" in str(excinfo.value), excinfo.value

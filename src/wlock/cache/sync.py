@@ -39,7 +39,7 @@ from wlock.cache.layout import (
     temp_blob_path,
     write_empty_blob,
 )
-from wlock.cache.upgrade import UPGRADE_FROM, NotUpgraded, Upgrader, old_revision, predecessor
+from wlock.cache.upgrade import UPGRADE_FROM, NotUpgraded, Upgrader, predecessor
 from wlock.errors import (
     CheckFailedError,
     ExitCode,
@@ -558,14 +558,13 @@ def _download_all(
         changed (wlock.cache.upgrade), verified in `temp`; False: not (then it is
         downloaded whole, the reason kept for `-v` and --json)."""
         old = predecessor(paths, repo.revision, f.path, f.etag)
-        revision = old_revision(old, paths, repo.revision, f.path) if old else None
-        if old is None or revision is None:
+        if old is None:
             return False
         job = FetchJob(kind=repo.kind, repo_id=repo.id, revision=repo.revision, path=f.path,
-                       size=f.size, etag=f.etag, hash_kind=f.hash_kind, temp=temp)
+                       size=f.size, etag=f.etag, hash_kind=f.hash_kind, temp=temp, xet=f.xet)
         try:
             with LEASES.hold(temp):
-                upgrader.fetch(job, old, revision)
+                upgrader.fetch(job, old)
         except NotUpgraded as e:
             with counting:
                 not_upgraded.append(f"{repo.id}/{f.path}: downloaded whole ({e})")
@@ -604,13 +603,15 @@ def _download_all(
             # Hub may never be asked: no probe then, and no worker started before it is
             # needed.
             hub_only = bool(bigs) and not sources.offline and not sources.sources
-            if hub_only:
+            if hub_only and engine != "xet":
                 transfer.warm(min(jobs, len(bigs)))
             # The probe reads ranges of a file from the Hub: not of one an upgrade will put
             # together from its cached revision (those bytes would be fetched in vain).
             fresh = [(r, f) for r, f in bigs if f.size < UPGRADE_FROM or predecessor(
                 builds[r.key].paths, r.revision, f.path, f.etag) is None]
-            if hub_only and connections is None and sum(f.size for _, f in fresh) >= PROBE_FROM:
+            # hf_xet (--engine xet) finds its own concurrency: no probe of the bridge then.
+            if hub_only and connections is None and engine != "xet" and \
+                    sum(f.size for _, f in fresh) >= PROBE_FROM:
                 r0, f0 = fresh[0]
                 tuning[0] = transfer.tune(FetchJob(
                     kind=r0.kind, repo_id=r0.id, revision=r0.revision, path=f0.path,

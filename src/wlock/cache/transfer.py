@@ -122,6 +122,7 @@ class FetchJob:
     etag: str
     hash_kind: str  # "sha256" | "git-sha1"
     temp: str | Path
+    xet: str | None = None  # its Xet hash, where the lock records one
 
     @property
     def label(self) -> str:
@@ -454,6 +455,12 @@ class Transfer:
     def resolve_url(self, kind: RepoKind, repo_id: str, revision: str, path: str) -> str:
         prefix = "datasets/" if kind == "dataset" else ""
         return f"{self.endpoint}/{prefix}{repo_id}/resolve/{revision}/{quote(path)}"
+
+    def xet_token_url(self, kind: RepoKind, repo_id: str, revision: str) -> str:
+        """Where the endpoint hands out Xet read tokens for a revision: the Hub's route, the
+        one its `xet-auth` links name (huggingface_hub's refresh_route)."""
+        prefix = "datasets" if kind == "dataset" else "models"
+        return f"{self.endpoint}/api/{prefix}/{repo_id}/xet-read-token/{revision}"
 
     def headers_for(self, url: str) -> dict[str, str]:
         """The headers of a request to `url`: the token only on the endpoint's origin."""

@@ -4,11 +4,13 @@ On Xet a new revision of a file names, in its reconstruction, the same xorb chun
 one wherever their bytes are the same. When a sync needs a large file and the cache holds the
 same path at another revision (the lock before `--upgrade`), it:
 
-1. asks the endpoint for both files' Xet hashes (HEAD on each revision's resolve URL, not
-   followed) and a read token, then the CAS for both reconstructions: metadata only;
+1. takes the new file's Xet hash from the lock (its `xet` key; else a HEAD on the resolve
+   URL, not followed, names it), cuts the cached blob as Xet cuts it (wlock.xet.chunking)
+   and hashes it as Xet does, so the old file is named by its own bytes; then asks for a
+   read token and the CAS for both reconstructions: metadata only;
 2. places each chunk of the cached blob: a reconstruction names chunks by xorb and index,
-   never by offset, so the blob is cut as Xet cuts it (wlock.xet.chunking) and its chunks
-   laid along the old reconstruction's terms, which must add up exactly (sizes per term);
+   never by offset, so the blob's chunks are laid along the old reconstruction's terms,
+   which must add up exactly (sizes per term);
 3. writes the new file into the sync's temp file: every term whose chunks are all in the old
    blob, in order, is copied from it; every other term is fetched from its xorb's byte range
    (the presigned URL the CAS named) and decoded (wlock.xet.xorb);
@@ -95,15 +97,6 @@ def predecessor(paths: RepoPaths, revision: str, path: str, etag: str) -> Path |
     return None
 
 
-def old_revision(blob: Path, paths: RepoPaths, revision: str, path: str) -> str | None:
-    """The revision whose snapshot links `path` to `blob`."""
-    for entry in os.scandir(paths.root / "snapshots"):
-        if entry.name != revision and os.path.realpath(
-                os.path.join(entry.path, path)) == str(blob):
-            return entry.name
-    return None
-
-
 def place(old: Reconstruction, ends: list[int]) -> dict[tuple[str, int], tuple[int, int]]:
     """Each chunk of the cached blob (cut at `ends`) by (xorb, index): its offset and size
     in the blob."""
@@ -166,11 +159,11 @@ class Upgrader:
         self.fetched = 0
         self.size = 0
 
-    def fetch(self, job: Any, old_blob: Path, old_revision: str) -> None:
+    def fetch(self, job: Any, old_blob: Path) -> None:
         """Write `job`'s file into `job.temp` from `old_blob` and the changed chunks, and
         verify it. Raises NotUpgraded (nothing left in `job.temp`)."""
         try:
-            done = self._fetch(job, old_blob, old_revision)
+            done = self._fetch(job, old_blob)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(job.temp)
@@ -181,58 +174,69 @@ class Upgrader:
             self.fetched += done.fetched
             self.size += done.size
 
-    def plan(self, job: Any, old_blob: Path, old_revision: str) -> Plan:
+    def _new_file(self, job: Any) -> tuple[str, str]:
+        """The new file's Xet hash and its revision's token URL: from the lock (its `xet`
+        key) and the Hub's token route, else from the resolve answer (HEAD, not followed)."""
         import httpx2
 
         transfer = self._transfer
-        heads = []
-        for revision in (job.revision, old_revision):
-            url = transfer.resolve_url(job.kind, job.repo_id, revision, job.path)
-            try:
-                answer = transfer.http.request("HEAD", url, headers=transfer.headers_for(url))
-            except httpx2.HTTPError as e:
-                raise NotUpgraded(f"the endpoint did not answer ({e})") from None
-            found = xet_file(answer) if answer.status_code < 400 else None
-            if found is None:
-                raise NotUpgraded("the endpoint names no Xet hash for it")
-            heads.append(found)
-        new_file, old_file = heads
+        if job.xet:
+            return job.xet, transfer.xet_token_url(job.kind, job.repo_id, job.revision)
+        url = transfer.resolve_url(job.kind, job.repo_id, job.revision, job.path)
         try:
-            token = transfer.http.get(new_file.token_url,
-                                      headers=transfer.headers_for(new_file.token_url))
+            answer = transfer.http.request("HEAD", url, headers=transfer.headers_for(url))
+        except httpx2.HTTPError as e:
+            raise NotUpgraded(f"the endpoint did not answer ({e})") from None
+        found = xet_file(answer) if answer.status_code < 400 else None
+        if found is None:
+            raise NotUpgraded("the endpoint names no Xet hash for it")
+        return found.file_hash, found.token_url
+
+    def plan(self, job: Any, old_blob: Path) -> Plan:
+        """What to copy from `old_blob` and what to fetch. The old file is named by its own
+        bytes: the cached blob is cut and hashed as Xet does, and the CAS asked for the
+        reconstruction of that hash, so a blob changed on disk since (a hash the CAS does
+        not know) is never taken for the file it was."""
+        import httpx2
+
+        transfer = self._transfer
+        new_hash, token_url = self._new_file(job)
+        with open(old_blob, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            view = memoryview(m)
+            try:
+                ends = chunking.boundaries(view)
+                nodes = [(hashing.chunk_hash(view[a:b]), b - a)
+                         for a, b in zip([0, *ends], ends, strict=False)]
+            finally:
+                view.release()
+        old_hash = hashing.to_hex(hashing.file_hash(nodes))
+        try:
+            token = transfer.http.get(token_url, headers=transfer.headers_for(token_url))
         except httpx2.HTTPError as e:
             raise NotUpgraded(f"no Xet token ({e})") from None
         if token.status_code != 200:
             raise NotUpgraded(f"the Xet token endpoint answered {token.status_code}")
         try:
             cas = Cas(transfer.http, token)
-            new, old = cas.reconstruction(new_file.file_hash), cas.reconstruction(
-                old_file.file_hash)
+            new = cas.reconstruction(new_hash)
         except CasError as e:
             raise NotUpgraded(str(e)) from None
+        try:
+            old = cas.reconstruction(old_hash)
+        except CasError:
+            raise NotUpgraded("the cached blob is not a file the Hub's CAS holds (changed on "
+                              "disk since it was synced?)") from None
         if new.size != job.size:
             raise NotUpgraded(f"its reconstruction is {new.size} bytes, the lock says "
                               f"{job.size}")
-        with open(old_blob, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            view = memoryview(m)
-            try:
-                # Checked against the endpoint's own hash of the old file: a blob changed on
-                # disk since is not used (its chunks would be copied as the old file's).
-                ends = chunking.boundaries(view)
-                nodes = [(hashing.chunk_hash(view[a:b]), b - a)
-                         for a, b in zip([0, *ends], ends, strict=False)]
-                if hashing.to_hex(hashing.file_hash(nodes)) != old_file.file_hash:
-                    raise NotUpgraded("the cached blob is not the file the Hub names")
-                where = place(old, ends)
-            finally:
-                view.release()
+        where = place(old, ends)
         try:
             return plan(new, where)
         except CasError as e:
             raise NotUpgraded(str(e)) from None
 
-    def _fetch(self, job: Any, old_blob: Path, old_revision: str) -> Plan:
-        todo = self.plan(job, old_blob, old_revision)
+    def _fetch(self, job: Any, old_blob: Path) -> Plan:
+        todo = self.plan(job, old_blob)
         fd = os.open(job.temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.ftruncate(fd, todo.size)
@@ -321,15 +325,14 @@ def estimate(lock: Any, cache_dir: Path, endpoint: str, token: str | None,
                 files, size = files + 1, size + f.size
                 old = (predecessor(paths, r.repo.revision, f.path, f.etag)
                        if f.hash_kind == "sha256" and f.size >= UPGRADE_FROM else None)
-                revision = old_revision(old, paths, r.repo.revision, f.path) if old else None
-                if old is None or revision is None:
+                if old is None:
                     download += f.size
                     continue
                 job = FetchJob(kind=r.repo.kind, repo_id=r.repo.id, revision=r.repo.revision,
                                path=f.path, size=f.size, etag=f.etag, hash_kind=f.hash_kind,
-                               temp="")
+                               temp="", xet=f.xet)
                 try:
-                    download += upgrader.plan(job, old, revision).fetched
+                    download += upgrader.plan(job, old).fetched
                     upgraded += 1
                 except NotUpgraded:
                     download += f.size

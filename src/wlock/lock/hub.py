@@ -7,6 +7,7 @@ Hub attests, and turns the Hub's failures into WlockErrors that say what to do.
 from __future__ import annotations
 
 import io
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -41,6 +42,9 @@ MAX_TRANSPORT_ATTEMPTS = 4
 # answered will not answer the third time either. So `lock` against a hung endpoint ends
 # within about 2 x timeout.
 MAX_TIMEOUT_ATTEMPTS = 2
+# Paths asked of paths-info in one request (huggingface_hub's own uploads ask 1,000 a time).
+PATHS_PER_REQUEST = 1000
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 DEFAULT_TIMEOUT = 30.0
 
 
@@ -118,6 +122,7 @@ class HubClient:
                 )),
             )
             files = files_from_tree(repo_id, entries)
+        files = self._with_xet(kind, repo_id, sha, files)
         library = getattr(info, "library_name", None)
         card = _card(info)
         license_id = card.get("license")
@@ -136,6 +141,73 @@ class HubClient:
             base_models=tuple(b for b in ([base] if isinstance(base, str) else base or ())
                               if isinstance(b, str) and repo_id_problem(b) is None),
         )
+
+    def _with_xet(self, kind: RepoKind, repo_id: str, sha: str,
+                  files: tuple[LockedFile, ...]) -> tuple[LockedFile, ...]:
+        """`files` with the Xet hash the Hub lists for each LFS file (`xetHash` in
+        paths-info; the siblings of repo info carry none). An endpoint that answers no
+        paths-info at all (a plain mirror, `wlock serve`) gives none; one that fails is
+        retried, then an error: the lock never depends on a moment's failure."""
+        lfs = [f.path for f in files if f.sha256 is not None]
+        if not lfs:
+            return files
+        found: dict[str, str] = {}
+        for start in range(0, len(lfs), PATHS_PER_REQUEST):
+            batch = lfs[start:start + PATHS_PER_REQUEST]
+            answer = self._paths_info(kind, repo_id, sha, batch)
+            if answer is None:
+                return files
+            wanted = {f.path: f.sha256 for f in files if f.sha256 is not None}
+            for entry in answer:
+                if not isinstance(entry, dict):
+                    continue
+                path, xet, lfs_info = entry.get("path"), entry.get("xetHash"), entry.get("lfs")
+                oid = lfs_info.get("oid") if isinstance(lfs_info, dict) else None
+                # Only for a file asked for, and only when the listing names the same
+                # content (its sha256) as the file locked.
+                if isinstance(path, str) and path in wanted and oid == wanted[path] and \
+                        isinstance(xet, str) and _HEX64.fullmatch(xet):
+                    found[path] = xet
+        return tuple(LockedFile(f.path, f.size, f.sha256, f.git_sha1, found.get(f.path))
+                     if f.path in found else f for f in files)
+
+    def _paths_info(self, kind: RepoKind, repo_id: str, sha: str,
+                    paths: list[str]) -> list[Any] | None:
+        """POST paths-info, as huggingface_hub's get_paths_info sends it (form fields), read
+        as JSON; None where the endpoint has no such route."""
+        import httpx2
+
+        prefix = "datasets" if kind == "dataset" else "models"
+        url = f"{self.endpoint}/api/{prefix}/{repo_id}/paths-info/{sha}"
+        client = self._range_client()
+        for attempt in range(1, MAX_TRANSPORT_ATTEMPTS + 1):
+            wait: float = retry_delay(attempt, None)
+            try:
+                response = client.post(url, data={"paths": paths, "expand": "false"})
+                status = response.status_code
+                if status == 200:
+                    try:
+                        answer = response.json()
+                    except ValueError:
+                        answer = None
+                    if not isinstance(answer, list):
+                        raise HubError(f"{kind} {repo_id}: {self.endpoint} answered paths-info "
+                                       "with something other than a list", repo=repo_id)
+                    return answer
+                if status in (404, 405, 501):
+                    return None
+                if not is_transient(status) or attempt == MAX_TRANSPORT_ATTEMPTS:
+                    raise hub_error(status, response.headers.get("X-Error-Code"), kind=kind,
+                                    repo_id=repo_id, endpoint=self.endpoint, attempts=attempt)
+                wait = retry_delay(attempt, response.headers.get("Retry-After"))
+            except httpx2.TransportError as e:
+                if attempt == MAX_TRANSPORT_ATTEMPTS:
+                    raise HubUnreachableError(
+                        f"cannot list the Xet hashes of {kind} {repo_id} from "
+                        f"{self.endpoint}: {redact(str(e)) or type(e).__name__}",
+                        repo=repo_id, hint="Check the network, or raise --timeout.") from None
+            self._sleep(wait)
+        raise AssertionError("unreachable")
 
     def scan_pickle(self, kind: RepoKind, repo_id: str, revision: str, f: LockedFile,
                     limits: ScanLimits | None = None) -> tuple[PickleScan, int]:

@@ -41,7 +41,7 @@ _REPO_KEYS = frozenset({"id", "requested", "revision", "include", "exclude", "fi
                         "variant", "base", "config", "split", "mmproj", "requires", "skipped",
                         "skipped-size", "license", "license-name", "base-models", "pickles",
                         "remote-code"})
-_FILE_KEYS = frozenset({"path", "size", "sha256", "git-sha1"})
+_FILE_KEYS = frozenset({"path", "size", "sha256", "git-sha1", "xet"})
 MAX_FILE_SIZE = 2**63 - 1  # the largest file offset a filesystem can address
 
 
@@ -207,6 +207,8 @@ def render_lock(lock: Lock) -> str:
             digest = (
                 f"sha256 = {_str(f.sha256)}" if f.sha256 else f"git-sha1 = {_str(f.etag)}"
             )
+            if f.sha256 and f.xet:
+                digest += f", xet = {_str(f.xet)}"
             out.append(f"  {{ path = {_str(f.path)}, size = {f.size}, {digest} }},\n")
         out.append("]\n")
     return "".join(out)
@@ -343,7 +345,8 @@ def _parse_lock(
 _PART = rb'(?!\.\.?[/"])[^"/\\\x00-\x1f\x7f]{1,255}'
 _RENDERED_FILE = re.compile(
     rb'  \{ path = "(' + _PART + rb'(?:/' + _PART + rb')*)", size = (0|[1-9][0-9]{0,18}), '
-    rb'(?:sha256 = "([0-9a-f]{64})"|git-sha1 = "([0-9a-f]{40})") \},\n')
+    rb'(?:sha256 = "([0-9a-f]{64})"(?:, xet = "([0-9a-f]{64})")?|git-sha1 = "([0-9a-f]{40})")'
+    rb' \},\n')
 _MARKER_LINE = (b"<" * 7, b"|" * 7, b"=" * 7, b">" * 7)
 
 
@@ -375,7 +378,8 @@ def _read_rendered(path: Path) -> tuple[str, dict[str, FileTable]] | None:
                                 file_path.find(b"/", len(parent)) != -1:
                             parent = file_path[:file_path.rfind(b"/") + 1]
                             folders.update(_folders(parent))
-                        table.append_rendered(file_path, int(m[2]), m[3] or m[4], bool(m[3]))
+                        table.append_rendered(file_path, int(m[2]), m[3] or m[5], bool(m[3]),
+                                              m[4])
                         continue
                     if line != b"]\n" or any(table.find(f) is not None for f in folders):
                         return None  # not rendered; or a path that is a file and a folder
@@ -551,10 +555,10 @@ def _parse_file(
 ) -> LockedFile:
     key = f"{kind}.files"
     if not isinstance(item, dict) or not set(item) <= _FILE_KEYS:
-        raise fail(f"{repo_id}: malformed file entry (it takes path, size and one of sha256 "
-                   "or git-sha1)", key, line)
+        raise fail(f"{repo_id}: malformed file entry (it takes path, size, one of sha256 "
+                   "or git-sha1, and an optional xet)", key, line)
     path, size = item.get("path"), item.get("size")
-    sha256, git_sha1 = item.get("sha256"), item.get("git-sha1")
+    sha256, git_sha1, xet = item.get("sha256"), item.get("git-sha1"), item.get("xet")
     if not isinstance(path, str):
         raise fail(f"{repo_id}: file entry without a `path`", key, line)
     if problem := file_path_problem(path):
@@ -568,7 +572,10 @@ def _parse_file(
         raise fail(f"{repo_id}: {path}: malformed sha256", key, line)
     if git_sha1 is not None and not (isinstance(git_sha1, str) and is_commit(git_sha1)):
         raise fail(f"{repo_id}: {path}: malformed git-sha1", key, line)
-    return LockedFile(path=path, size=size, sha256=sha256, git_sha1=git_sha1)
+    if xet is not None and (sha256 is None or not (isinstance(xet, str) and _SHA256.match(xet))):
+        raise fail(f"{repo_id}: {path}: malformed xet (a file on Xet has a sha256 and a Xet "
+                   "hash of 64 hex digits)", key, line)
+    return LockedFile(path=path, size=size, sha256=sha256, git_sha1=git_sha1, xet=xet)
 
 
 def _layout_problem(files: Sequence[LockedFile]) -> tuple[str, int] | None:
