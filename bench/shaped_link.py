@@ -8,7 +8,8 @@ shaping, or one TCP stream over a long path) and every request delayed, against
 A shape is MB_PER_S:DELAY_MS per response on the CDN, which serves the bridge and the Xet
 CAS alike. The store keeps its shards on Xet, as the Hub does, so snapshot_download runs as
 users run it: through hf_xet (by xorb ranges from the CAS), with hf_xet's high-performance
-mode, and by plain HTTP through the bridge (hf_xet off); wlock fetches through the bridge.
+mode, and by plain HTTP through the bridge (hf_xet off); wlock fetches through the bridge
+by default, and from the CAS with `--engine xet` (hf_xet under wlock's bounds, verified).
 Prints the median wall time of each (the contenders take turns, run by run, so a slow minute
 of a shared machine falls on all of them), the default's ratio to snapshot_download through
 hf_xet (aim: >= 1.5x) and to the best fixed setting (aim: >= 0.9x): what the adaptive rule
@@ -100,6 +101,9 @@ def main() -> None:
                                 mode == "plain HTTP"):
                             raise SystemExit(f"snapshot_download, {mode}: {xorbs} xorb and "
                                              f"{bridge} bridge requests")
+                    # wlock with hf_xet as its engine: the same client as snapshot_download's
+                    # first row, with wlock's bounds and its verification.
+                    times.setdefault("engine xet", []).append(sync("--engine", "xet"))
                     for n in FIXED:
                         times.setdefault(str(n), []).append(sync("--connections", str(n)))
                 default, theirs = median(times["default"]), median(times["hf_xet"])
@@ -111,6 +115,7 @@ def main() -> None:
                 for mode in HF_XET_MODES:
                     label = f"snapshot_download, {mode}"
                     print(f"  {label:<38} {median(times[mode]):6.2f}s")
+                print(f"  {'wlock sync --engine xet':<38} {median(times['engine xet']):6.2f}s")
                 for n, t in fixed.items():
                     print(f"  {f'wlock sync --connections {n}':<38} {t:6.2f}s")
                 print(f"  default vs snapshot_download through hf_xet: {theirs / default:.2f}x "

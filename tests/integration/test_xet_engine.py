@@ -15,7 +15,7 @@ from pathlib import Path
 
 from huggingface_hub import hf_hub_download
 
-from tests.conftest import Hub, random_weights, run_wlock, write_project
+from tests.conftest import Hub, random_weights, run_wlock, tmpfs, write_project
 from wlock.hubserver.store import StoreBuilder
 from wlock.lock.lockfile import read_lock
 from wlock.xet.chunking import boundaries
@@ -223,3 +223,36 @@ def test_ctrl_c_stops_hf_xet_at_once(hub: Hub, tmp_path: Path) -> None:
     assert "Traceback" not in err
     assert not list(cache().rglob("*.wlock-incomplete"))
     assert not blobs.is_dir() or not [p for p in blobs.iterdir() if p.stat().st_size > 10**6]
+
+
+def test_a_full_disk_mid_file_on_the_xet_path_exits_6(hub: Hub, tmp_path: Path) -> None:
+    project, _, _ = xet_project(hub, tmp_path, (24_000_000, 9_000_000))
+    with tmpfs(tmp_path / "small", "40m") as mount:
+        cache_dir = mount / "cache"
+        hub.process.faults({"action": "delay", "listener": "cdn", "match": "/xorbs/",
+                            "delay_ms": 1500})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wlock", "sync", "--engine", "xet", "--endpoint",
+             hub.endpoint, "--cache-dir", str(cache_dir)], cwd=project,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not list(cache_dir.rglob("*.wlock-incomplete")):  # past the preflight
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise AssertionError(f"no download started: {proc.communicate()}")
+            time.sleep(0.05)
+        try:  # another program fills the disk (the open itself may find it full)
+            with open(mount / "filler", "wb") as filler:
+                while True:
+                    filler.write(b"\0" * (1024 * 1024))
+                    filler.flush()
+        except OSError:
+            pass
+        try:
+            _, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+        assert proc.returncode == 6, err
+        assert "No space left on device" in err and OVER in err
+        assert "check the network" not in err.lower()
+        assert not list(cache_dir.rglob("*.wlock-incomplete"))

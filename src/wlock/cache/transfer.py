@@ -568,6 +568,11 @@ class Transfer:
                            "file.") from None
         except XetFailure as e:
             self._check_aborted()
+            if "No space left on device" in str(e) or "os error 28" in str(e):
+                raise LocalError(
+                    f"{job.label}: not enough space to write {os.path.dirname(job.temp)}: No "
+                    "space left on device", hint="Free some space, or point --cache-dir (or "
+                    "HF_HOME) at a larger volume.", subject=job.label) from None
             failure = HubUnreachableError(
                 f"{job.label}: hf_xet failed: {e}", repo=job.repo_id, subject=job.label,
                 cause=f"hf_xet: the CAS answered {e.status}" if e.status else None,
