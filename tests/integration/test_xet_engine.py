@@ -256,3 +256,32 @@ def test_a_full_disk_mid_file_on_the_xet_path_exits_6(hub: Hub, tmp_path: Path) 
         assert "No space left on device" in err and OVER in err
         assert "check the network" not in err.lower()
         assert not list(cache_dir.rglob("*.wlock-incomplete"))
+
+
+def test_a_gated_repo_on_xet_syncs_through_hf_xet_with_the_token(hub: Hub,
+                                                                tmp_path: Path) -> None:
+    """The read token is asked with the Hub's token (the repo is gated); the CAS takes only
+    its own token; neither is printed."""
+    from tests.conftest import GATED_TOKEN
+
+    repo_id = hub.unique_id("gated-xet")
+    builder = StoreBuilder(hub.builder.root, xet=True)
+    data = random_weights(9_000_000)
+    builder.commit("model", repo_id, {"model.safetensors": data})
+    builder.configure("model", repo_id, gated=True, granted=[GATED_TOKEN])
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    env = {"HF_TOKEN": GATED_TOKEN}
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project, env=env).code == 0
+    refused = run_wlock("sync", "--engine", "xet", "--endpoint", hub.endpoint, cwd=project)
+    assert refused.code == 5, refused.stderr
+    assert f"model {repo_id} is gated and the request was refused (401)" in refused.stderr
+    hub.process.reset_stats()
+    ok = run_wlock("sync", "--json", "--engine", "xet", "--endpoint", hub.endpoint,
+                   cwd=project, env=env)
+    assert ok.code == 0, ok.stderr
+    assert json.loads(ok.stdout)["engines"][f"{repo_id}/model.safetensors"]["engine"] == "hf_xet"
+    assert GATED_TOKEN not in ok.stdout + ok.stderr
+    tokens = [e for e in log(hub) if "/xet-read-token/" in e["path"]]
+    assert tokens and all(e["auth"] and e["status"] == 200 for e in tokens)
+    assert xorb_bytes(hub) == chunk_bytes(data)
+    assert run_wlock("check", cwd=project).code == 0
