@@ -113,6 +113,71 @@ def test_sync_reports_the_link_it_found(hub: Hub, big: str, tmp_path: Path) -> N
     assert quiet.code == 0 and json.loads(quiet.stdout)["link"] is None
 
 
+def test_the_syncs_of_one_cache_probe_once(hub: Hub, big: str, tmp_path: Path) -> None:
+    """The probe's ranges are read again by the download: on a shared cache each sync paid
+    them (1.15x the lock from the Hub for 8 syncs). The first sync records its verdict in the
+    cache; a later one, or one that started at the same moment, takes it."""
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    from wlock.cache import link_record
+    from wlock.cache.transfer import PROBE
+
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{big}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    hub.process.faults(link={"mb_per_s": 10, "delay_ms": 20, "listener": "cdn"})
+    env = {"WLOCK_PROBE_FROM": "1"}
+    cache = tmp_path / "cache"
+
+    def probes() -> int:  # the probe's ranges: 1 MiB each (hf_transfer's are 4 MiB)
+        return sum(1 for e in hub.process.stats()["log"]
+                   if e["listener"] == "cdn" and e["bytes"] == PROBE)
+
+    def sync() -> dict:
+        done = run_wlock("--no-progress", "sync", "--json", "--endpoint", hub.endpoint,
+                         "--cache-dir", str(cache), cwd=project, env=env)
+        assert done.code == 0, done.stderr
+        shutil.rmtree(next(cache.glob("models--*")))  # the next sync downloads it again
+        return json.loads(done.stdout)["link"]  # type: ignore[no-any-return]
+
+    hub.process.reset_stats()
+    first = sync()
+    assert first["measured_seconds_ago"] is None and probes() >= 5
+    hub.process.reset_stats()
+    second = sync()
+    assert probes() == 0, "probed again within the recall time"
+    assert second["measured_seconds_ago"] is not None
+    assert second["connections_per_file"] == first["connections_per_file"] == 64
+    said = run_wlock("-v", "--no-progress", "sync", "--endpoint", hub.endpoint,
+                     "--cache-dir", str(cache), cwd=project, env=env)
+    assert "measured by another sync of this cache" in said.stderr, said.stderr
+    shutil.rmtree(next(cache.glob("models--*")))
+
+    # Older than RECALL_S: measured again.
+    record = cache / ".locks" / link_record.NAME
+    data = json.loads(record.read_text())
+    for entry in data.values():
+        entry["at"] = time.time() - link_record.RECALL_S - 1
+    record.write_text(json.dumps(data))
+    hub.process.reset_stats()
+    assert sync()["measured_seconds_ago"] is None and probes() >= 5
+
+    # Four syncs at once into an empty cache: one probes, the others wait for its verdict.
+    shutil.rmtree(cache)
+    hub.process.reset_stats()
+    argv = [sys.executable, "-m", "wlock", "--no-progress", "sync", "--endpoint",
+            hub.endpoint, "--cache-dir", str(cache)]
+    procs = [subprocess.Popen(argv, cwd=project, env={**os.environ, **env},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    assert 5 <= probes() <= 6, probes()
+
+
 # -- small files: SmallGate ------------------------------------------------------------------
 
 

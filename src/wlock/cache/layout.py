@@ -327,7 +327,7 @@ def _probe_flock(folder: Path) -> bool | None:
         second = os.open(probe, os.O_RDWR)
         try:
             # Both getting it means this flock excludes nobody.
-            return _try_flock(first) is True and _try_flock(second) is False
+            return try_flock(first) is True and try_flock(second) is False
         finally:
             os.close(second)
     except OSError:
@@ -338,7 +338,7 @@ def _probe_flock(folder: Path) -> bool | None:
             os.unlink(probe)
 
 
-def _try_flock(fd: int) -> bool | None:
+def try_flock(fd: int) -> bool | None:
     """Take an exclusive flock on `fd` without waiting: True; False when another open file
     holds it; None when this filesystem has no flock."""
     import fcntl
@@ -424,7 +424,7 @@ def claim_blob(
     try:
         progress, moved = -1, time.monotonic()
         while fd is not None:
-            if _try_flock(fd) is not False:
+            if try_flock(fd) is not False:
                 break  # ours, or flock not supported here
             if _published(blob, file.size):
                 yield False
@@ -710,7 +710,7 @@ def _lock_free(lock: Path) -> bool | None:
     except OSError:
         return None
     try:
-        return _try_flock(fd)
+        return try_flock(fd)
     finally:
         os.close(fd)
 

@@ -613,7 +613,7 @@ def _download_all(
             if hub_only and connections is None and engine != "xet" and \
                     sum(f.size for _, f in fresh) >= PROBE_FROM:
                 r0, f0 = fresh[0]
-                tuning[0] = transfer.tune(FetchJob(
+                tuning[0] = _tune(transfer, cache_dir, endpoint, FetchJob(
                     kind=r0.kind, repo_id=r0.id, revision=r0.revision, path=f0.path,
                     size=f0.size, etag=f0.etag, hash_kind=f0.hash_kind,
                     temp=temp_blob_path(builds[r0.key].paths, f0.etag)), min(jobs, len(bigs)))
@@ -651,6 +651,24 @@ def _download_all(
     upgrades.update(files=upgrader.files, copied_bytes=upgrader.copied,
                     fetched_bytes=upgrader.fetched, downloaded_whole=sorted(not_upgraded))
     return fetched, from_hub[0], failures, failed, (by_others[0], by_others[1])
+
+
+def _tune(transfer: Any, cache_dir: Path, endpoint: str, job: Any, files: int) -> Any:
+    """The link's verdict: another sync's of this cache if recent (wlock.cache.link_record),
+    else probed here, one sync at a time, and recorded for the others."""
+    from wlock.cache import link_record
+
+    known = link_record.recall(cache_dir, endpoint)
+    if known is None:
+        with link_record.probing(cache_dir, transfer.stopped):
+            known = link_record.recall(cache_dir, endpoint)  # measured while this waited
+            if known is None:
+                found = transfer.tune(job, files)
+                if found.one_stream:  # a failed probe is not worth keeping
+                    link_record.remember(cache_dir, endpoint, found.one_stream,
+                                         found.four_streams, found.capped)
+                return found
+    return transfer.tune(job, files, known)
 
 
 def _admitted(admit: Admit | None, repo: LockedRepo, f: LockedFile, temp: str) -> None:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urljoin, urlsplit
 
 from wlock.cache.curl import MAX_SIDE_BODY, Answer, Curl, Headers, WireError, origin_of
+from wlock.cache.link_record import Verdict
 from wlock.cache.xet_engine import HF_TRANSFER, HF_XET, XetEngine, XetFailure, XetUnavailable
 from wlock.errors import (
     HubError,
@@ -146,6 +147,10 @@ class LinkTuning:
     per_file: int  # connections each large file gets
     files: int  # large files in flight
     limit: str  # what limits the transfer, in words
+    # Seconds since another sync of this cache measured it (wlock.cache.link_record); None:
+    # this sync probed.
+    measured_ago: float | None = None
+    capped: bool = False  # single streams are capped: more connections help
 
 
 def capped(one: float, four: float, again: Callable[[], float]) -> tuple[float, bool]:
@@ -375,9 +380,10 @@ class Transfer:
 
     # -- finding the link --------------------------------------------------------------------
 
-    def tune(self, job: FetchJob, files: int) -> LinkTuning:
+    def tune(self, job: FetchJob, files: int, known: Verdict | None = None) -> LinkTuning:
         """Choose the connections per large file from the link itself, before the large
-        downloads start: the same megabyte ranges read by one stream, then by four at once.
+        downloads start: the same megabyte ranges read by one stream, then by four at once;
+        or from `known`, what another sync of the cache measured (nothing is read then).
 
         The rule (aria2's and rclone's per-file stream counts are fixed by the user; hf_xet
         grows concurrency while throughput grows and backs off on errors): streams are worth
@@ -394,6 +400,12 @@ class Transfer:
         import httpx2
 
         base = max(1, min(self._ceiling, BASE_CONNECTIONS) // max(1, files))
+        if known is not None:
+            self._per_file = max(base, self._ceiling // max(1, files)) if known.capped else base
+            return LinkTuning(known.one_stream, known.four_streams, self._per_file, files,
+                              "the link per stream (more connections help)" if known.capped
+                              else "the machine or the whole link (more connections do not "
+                              "help)", measured_ago=known.age, capped=known.capped)
         try:
             url = self._resolve(job)
             one = self._probe(url, 1)
@@ -411,7 +423,7 @@ class Transfer:
         else:
             self._per_file = base
             limit = "the machine or the whole link (more connections do not help)"
-        return LinkTuning(one, four, self._per_file, files, limit)
+        return LinkTuning(one, four, self._per_file, files, limit, capped=more_help)
 
     def _probe(self, url: str, streams: int) -> float:
         """Bytes per second that `streams` ranges of PROBE bytes at once get from `url`,

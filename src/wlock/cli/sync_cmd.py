@@ -213,9 +213,11 @@ def _link_line(link: object) -> str:
     if not link.one_stream:
         return f"link: {link.limit}; {link.per_file} connections per large file"
     rate = human_size(int(link.one_stream))
-    return (f"link: one stream {rate}/s, four {link.four_streams / link.one_stream:.1f}x that; "
-            f"{link.per_file} connections per large file ({link.files} at once): the limit "
-            f"is {link.limit}")
+    when = ("" if link.measured_ago is None else
+            f" (measured by another sync of this cache {link.measured_ago:.0f}s ago)")
+    return (f"link: one stream {rate}/s, four {link.four_streams / link.one_stream:.1f}x that"
+            f"{when}; {link.per_file} connections per large file ({link.files} at once): the "
+            f"limit is {link.limit}")
 
 
 def _small_line(gate: object) -> str:
@@ -330,7 +332,9 @@ def _result_json(plan: SyncPlan, result: SyncResult | None, *, dry_run: bool,
         "link": ({"one_stream_bytes_per_s": round(result.link.one_stream),
                   "four_streams_bytes_per_s": round(result.link.four_streams),
                   "connections_per_file": result.link.per_file,
-                  "files_at_once": result.link.files, "limit": result.link.limit}
+                  "files_at_once": result.link.files, "limit": result.link.limit,
+                  "measured_seconds_ago": (None if result.link.measured_ago is None
+                                           else round(result.link.measured_ago, 1))}
                  if result and result.link else None),
         "small_files": ({"ceiling": result.small.ceiling, "lowest": result.small.lowest,
                          "backoffs": result.small.backoffs, "final": result.small.limit}
