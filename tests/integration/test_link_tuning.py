@@ -19,6 +19,7 @@ from wlock.cache.transfer import (
     SmallGate,
     Transfer,
     capped,
+    connection_ceiling,
     small_ceiling,
 )
 
@@ -99,14 +100,15 @@ def test_sync_reports_the_link_it_found(hub: Hub, big: str, tmp_path: Path) -> N
                      "--cache-dir", str(tmp_path / "cache"), cwd=project, env=probe)
     assert done.code == 0, done.stderr
     link = json.loads(done.stdout)["link"]
-    assert link["connections_per_file"] == 64 and link["files_at_once"] == 1
+    # The machine's ceiling, one file in flight: 64 on 2 cores.
+    assert link["connections_per_file"] == connection_ceiling() and link["files_at_once"] == 1
     assert link["four_streams_bytes_per_s"] > 2.5 * link["one_stream_bytes_per_s"]
     assert run_wlock("check", "--cache-dir", str(tmp_path / "cache"), cwd=project).code == 0
     said = run_wlock("-v", "--no-progress", "sync", "--endpoint", hub.endpoint,
                      "--cache-dir", str(tmp_path / "cache2"), cwd=project, env=probe)
     assert said.code == 0, said.stderr
-    assert "64 connections per large file (1 at once): the limit is the link per stream" \
-        in said.stderr, said.stderr
+    assert f"{connection_ceiling()} connections per large file (1 at once): the limit is the " \
+        "link per stream" in said.stderr, said.stderr
     # Below the line (a sync of 12 MiB), no probe and no bytes read twice.
     quiet = run_wlock("--no-progress", "sync", "--json", "--endpoint", hub.endpoint,
                       "--cache-dir", str(tmp_path / "cache3"), cwd=project)
@@ -149,7 +151,8 @@ def test_the_syncs_of_one_cache_probe_once(hub: Hub, big: str, tmp_path: Path) -
     second = sync()
     assert probes() == 0, "probed again within the recall time"
     assert second["measured_seconds_ago"] is not None
-    assert second["connections_per_file"] == first["connections_per_file"] == 64
+    assert second["connections_per_file"] == first["connections_per_file"] == \
+        connection_ceiling()
     said = run_wlock("-v", "--no-progress", "sync", "--endpoint", hub.endpoint,
                      "--cache-dir", str(cache), cwd=project, env=env)
     assert "measured by another sync of this cache" in said.stderr, said.stderr
@@ -176,6 +179,32 @@ def test_the_syncs_of_one_cache_probe_once(hub: Hub, big: str, tmp_path: Path) -
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
     assert 5 <= probes() <= 6, probes()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two cores to run the sync on one")
+def test_the_ceiling_is_the_machines_not_a_constant(hub: Hub, big: str, tmp_path: Path) -> None:
+    """On a capped link the one file in flight gets the whole ceiling, which follows the
+    cores the sync may run on: 32 a core (bench/shaped_link.py), so half as many on one."""
+    import shutil
+    import subprocess
+    import sys
+
+    from wlock.cache.transfer import PER_CORE
+
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{big}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    hub.process.faults(link={"mb_per_s": 10, "delay_ms": 20, "listener": "cdn"})
+    chosen = {}
+    for cores in ("0", "0,1"):
+        done = subprocess.run(
+            [shutil.which("taskset") or "taskset", "-c", cores, sys.executable, "-m", "wlock",
+             "--no-progress", "sync", "--json", "--endpoint", hub.endpoint, "--cache-dir",
+             str(tmp_path / f"cache-{cores}")], cwd=project, capture_output=True, text=True,
+            env={**os.environ, "WLOCK_PROBE_FROM": "1"}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        chosen[cores] = json.loads(done.stdout)["link"]["connections_per_file"]
+    assert chosen == {"0": PER_CORE, "0,1": 2 * PER_CORE}, chosen
 
 
 # -- small files: SmallGate ------------------------------------------------------------------

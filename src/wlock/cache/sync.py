@@ -61,7 +61,6 @@ if TYPE_CHECKING:
 Admit = Callable[[LockedRepo, LockedFile, str], None]
 
 DEFAULT_JOBS = 4
-DEFAULT_CONNECTIONS = 64  # a ceiling: Transfer.tune uses them only where they help
 DEFAULT_TIMEOUT = 30.0  # seconds without a byte before a transfer is cancelled and retried
 
 
@@ -445,6 +444,7 @@ def _download_all(
         FetchJob,
         IntegrityError,
         Transfer,
+        connection_ceiling,
         small_ceiling,
     )
 
@@ -579,9 +579,10 @@ def _download_all(
     smalls = [f for _, f in downloads if 0 < f.size < LARGE_FILE]
     round_trips = (sum(2 if f.hash_kind == "sha256" else 1 for f in smalls) / len(smalls)
                    if smalls else 1.0)
-    # None: the link decides (Transfer.tune), up to DEFAULT_CONNECTIONS; a number: exactly
+    # None: the link decides (Transfer.tune), up to what the machine holds
+    # (connection_ceiling: 32 a core, within a quarter of its free memory); a number: exactly
     # that budget, shared by the large files in flight, as the user asked.
-    with Transfer(endpoint, token, jobs=jobs, connections=connections or DEFAULT_CONNECTIONS,
+    with Transfer(endpoint, token, jobs=jobs, connections=connections or connection_ceiling(),
                   fixed=connections is not None, timeout=timeout,
                   small=small_ceiling(round_trips), on_bytes=report,
                   engine=engine) as transfer, \

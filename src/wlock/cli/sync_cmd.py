@@ -37,8 +37,9 @@ if TYPE_CHECKING:
               "128 when they are LFS files (two round trips each).")
 @click.option("--connections", type=click.IntRange(1, 256), default=None, metavar="N",
               help="HTTP connections shared by the large files in flight (hf_transfer "
-              "ranges). Default: found from the link, up to 64 (a sync of 256 MiB or more "
-              "first reads 1 MiB with one stream and with four; 8 where more do not help).")
+              "ranges). Default: found from the link, up to 32 a CPU core within a quarter "
+              "of free memory (a sync of 256 MiB or more first reads 1 MiB with one stream "
+              "and with four, once per cache in 10 minutes; 8 where more do not help).")
 @click.option("--engine", type=click.Choice(["auto", "xet", "hf_transfer"]), default="auto",
               show_default=True,
               help="What fetches large files. auto: hf_transfer (parallel ranges, fastest "
