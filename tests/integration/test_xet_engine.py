@@ -285,3 +285,18 @@ def test_a_gated_repo_on_xet_syncs_through_hf_xet_with_the_token(hub: Hub,
     assert tokens and all(e["auth"] and e["status"] == 200 for e in tokens)
     assert xorb_bytes(hub) == chunk_bytes(data)
     assert run_wlock("check", cwd=project).code == 0
+
+
+def test_a_stalled_cas_ends_the_sync_within_a_few_timeouts(hub: Hub, tmp_path: Path) -> None:
+    project, repo_id, _ = xet_project(hub, tmp_path)
+    hub.process.faults({"match": "/xorbs/", "action": "stall", "listener": "cdn",
+                        "bytes": 1000, "seconds": 120})
+    started = time.monotonic()
+    result = run_wlock("sync", "--engine", "xet", "--timeout", "2", "--endpoint",
+                       hub.endpoint, cwd=project, timeout=100)
+    took = time.monotonic() - started
+    assert result.code == 5, result.stderr
+    assert f"{repo_id}/{OVER}" in result.stderr and "hf_xet failed" in result.stderr
+    # Two attempts, each hf_xet's read timeout and one retry (16 s measured; with hf_xet's
+    # own retries, five from 3 s apart, it took 86 s).
+    assert took < 30, took

@@ -551,7 +551,8 @@ class Transfer:
             except _Retryable as e:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(job.temp)
-                stalls += e.reason in ("stall", "slow")  # a trickle is tried as a stall is
+                # A trickle is tried as a stall is, and hf_xet's failures (it retried).
+                stalls += e.reason in ("stall", "slow", "engine")
                 if attempt == MAX_ATTEMPTS or stalls >= STALL_ATTEMPTS:
                     if e.reason == "unreachable":
                         self._down = e.final.cause
@@ -629,7 +630,9 @@ class Transfer:
                 hint="Retry; check the network and the endpoint.")
             if e.status is not None and 400 <= e.status < 500 and e.status not in (408, 429):
                 raise failure from None
-            raise _Retryable(failure, reason="status" if e.status else "transient",
+            # hf_xet retried already: a failure without a status (a stall, a cut) is tried
+            # once more, as a stall is; a 429 or 5xx like any other.
+            raise _Retryable(failure, reason="status" if e.status else "engine",
                              status=e.status) from None
         self.engines[job.label] = (HF_XET, why)
         try:
@@ -995,6 +998,7 @@ _NETWORK_HINT = "Check the network, or the endpoint (--endpoint / HF_ENDPOINT)."
 class _Retryable(Exception):
     """A failure worth another attempt. `reason`: "status" (429/5xx), "stall" (no byte for
     the timeout), "slow" (a trickle past the file's deadline: retried as a stall is),
+    "engine" (hf_xet failed without a status, after its own retries: once more),
     "unreachable" (the endpoint refuses or cannot be connected to), or "transient" (a
     connection cut, a worker's failure)."""
 

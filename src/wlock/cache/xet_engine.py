@@ -10,8 +10,9 @@ publishes it only if its sha256 and size are the lock's, as for every engine: hf
 check the bytes it writes (a same-size corrupted download is reported as success,
 huggingface_hub #3643). What it keeps is bounded unless the user's own `HF_XET_*` variables
 say otherwise: no chunk cache on disk, download buffers of 512 MB for the whole sync and
-128 MB a file (its defaults: 1.5 GB and 392 MB), the read timeout is `--timeout`, its
-retries end within a few timeouts, and `--jobs` files at once.
+128 MB a file (its defaults: 1.5 GB and 392 MB), the read timeout is `--timeout`, a request
+is tried twice a second apart (its default: five times from 3 s apart, for up to 6 minutes),
+so a stalled CAS ends a sync within a few timeouts, and `--jobs` files at once.
 
 The token flow is huggingface_hub's: the resolve answer (HEAD, not followed) names the file's
 Xet hash and the token's URL (wlock.xet.cas.xet_file); the token answer names the CAS and a
@@ -88,7 +89,9 @@ class XetEngine:
         config = hf_xet.XetConfig()
         bounds = {**_BOUNDS,
                   "client.read_timeout": f"{max(1, round(self._timeout))}s",
-                  "client.retry_max_duration": f"{max(10, round(3 * self._timeout))}s",
+                  "client.retry_max_duration": f"{max(1, round(self._timeout))}s",
+                  "client.retry_max_attempts": 2,
+                  "client.retry_base_delay": "1s",
                   "data.max_concurrent_file_downloads": max(1, self._jobs)}
         chosen = {k: v for k, v in bounds.items() if _env_name(k) not in os.environ}
         return config.with_config(chosen) if chosen else config
