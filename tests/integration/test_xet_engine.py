@@ -300,3 +300,14 @@ def test_a_stalled_cas_ends_the_sync_within_a_few_timeouts(hub: Hub, tmp_path: P
     # Two attempts, each hf_xet's read timeout and one retry (16 s measured; with hf_xet's
     # own retries, five from 3 s apart, it took 86 s).
     assert took < 30, took
+
+
+def test_the_token_endpoint_answering_503_once_is_retried(hub: Hub, tmp_path: Path) -> None:
+    project, _, _ = xet_project(hub, tmp_path)
+    hub.process.faults({"match": "/xet-read-token/", "action": "status", "status": 503,
+                        "times": 1})
+    result = run_wlock("sync", "--engine", "xet", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 0, result.stderr
+    answers = [e["status"] for e in log(hub) if "/xet-read-token/" in e["path"]]
+    assert answers[0] == 503 and 200 in answers, answers
+    assert run_wlock("check", cwd=project).code == 0

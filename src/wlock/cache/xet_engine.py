@@ -34,6 +34,7 @@ import httpx2
 
 from wlock.cache.curl import origin_of
 from wlock.errors import redact
+from wlock.hubstatus import is_transient
 from wlock.version import __version__
 from wlock.xet.cas import XetFile
 
@@ -124,7 +125,10 @@ class XetEngine:
             raise XetUnavailable(f"no Xet read token ({redact(str(e)) or type(e).__name__})"
                                  ) from None
         if answer.status_code != 200:
-            raise XetUnavailable(f"the Xet token endpoint answered {answer.status_code}")
+            message = f"the Xet token endpoint answered {answer.status_code}"
+            if is_transient(answer.status_code):  # 429, 5xx: worth another attempt
+                raise XetFailure(message, answer.status_code)
+            raise XetUnavailable(message)
         try:
             body = answer.json()
         except ValueError:
