@@ -188,3 +188,84 @@ def test_the_lock_records_xet_hashes_where_the_hub_lists_them(hub: Hub, tmp_path
     failed = run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project)
     assert failed.code == 5, failed.stderr
     assert repo_id in failed.stderr
+
+
+def test_concurrent_syncs_upgrade_a_shared_cache_once(hub: Hub, tmp_path: Path) -> None:
+    """Four syncs of the upgraded lock into one cache: one puts the file together, the
+    others wait for it (the blob's lock) and find it published; the changed chunks cross the
+    network once."""
+    import subprocess
+    import sys
+
+    before = random_weights(12 * 2**20)
+    after = changed(before, 10)
+    repo_id = hub.unique_id("upgrade-shared")
+    builder = StoreBuilder(hub.builder.root, xet=True)
+    builder.commit("model", repo_id, {SHARD: before})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    assert run_wlock("sync", "--endpoint", hub.endpoint, cwd=project).code == 0
+    sha = builder.commit("model", repo_id, {SHARD: after})
+    assert run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project).code == 0
+    hub.process.reset_stats()
+    hub.process.faults({"action": "delay", "listener": "cdn", "match": "/xorbs/",
+                        "delay_ms": 300})
+    procs = [subprocess.Popen([sys.executable, "-m", "wlock", "sync", "--json", "--endpoint",
+                               hub.endpoint], cwd=project, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        reports.append(json.loads(out))
+    assert sum(r["upgraded"]["files"] for r in reports) == 1, reports
+    assert sum(r["by_other_syncs"]["files"] for r in reports) == 3, reports
+    fetched = served(hub)
+    assert fetched == next(r["upgraded"]["fetched_bytes"] for r in reports
+                           if r["upgraded"]["files"])
+    assert fetched <= 0.15 * len(after)
+    assert run_wlock("check", cwd=project).code == 0
+    path = hf_hub_download(repo_id, SHARD, revision=sha, local_files_only=True,
+                           cache_dir=cache())
+    assert Path(path).read_bytes() == after
+
+
+def test_kill_9_mid_upgrade_leaves_nothing_unverified(hub: Hub, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    before = random_weights(24 * 2**20)
+    after = changed(before, 3)  # a third of the chunks: seconds at 1 MB/s
+    repo_id = hub.unique_id("upgrade-kill")
+    builder = StoreBuilder(hub.builder.root, xet=True)
+    builder.commit("model", repo_id, {SHARD: before})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    assert run_wlock("sync", "--endpoint", hub.endpoint, cwd=project).code == 0
+    sha = builder.commit("model", repo_id, {SHARD: after})
+    assert run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project).code == 0
+    new = next(f for f in read_lock(project / "weights.lock").repos[0].files if f.path == SHARD)
+    hub.process.reset_stats()
+    hub.process.faults(link={"mb_per_s": 1, "listener": "cdn"})
+    proc = subprocess.Popen([sys.executable, "-m", "wlock", "sync", "--endpoint",
+                             hub.endpoint], cwd=project, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and served(hub) < 500_000:
+        time.sleep(0.05)
+    assert served(hub) >= 500_000, "the upgrade never started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    [blobs] = cache().glob(f"models--{repo_id.replace('/', '--')}/blobs")
+    assert not (blobs / new.etag).exists()  # nothing unverified is visible
+    assert not (blobs.parent / "snapshots" / sha).exists()
+    hub.process.faults()
+    result = run_wlock("sync", "--json", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 0, result.stderr
+    assert json.loads(result.stdout)["upgraded"]["files"] == 1
+    assert run_wlock("check", cwd=project).code == 0
+    path = hf_hub_download(repo_id, SHARD, revision=sha, local_files_only=True,
+                           cache_dir=cache())
+    assert Path(path).read_bytes() == after
