@@ -86,6 +86,9 @@ def shapes() -> dict[str, bytes]:
         "text, repeated structure": text,
         # Past chunking.BLOCK, so candidates near a block's seam are found as in one pass.
         "random, across blocks": os.urandom(chunking.BLOCK * 2 + 77_777),
+        # Past chunking.PARALLEL_FROM: searched by several threads, span by span.
+        "random, searched in parallel": os.urandom(chunking.PARALLEL_FROM + 3 * chunking.BLOCK
+                                                   + 12_345),
     }
 
 

@@ -125,11 +125,44 @@ def candidates(data: bytes | memoryview, start: int = 0) -> Iterator[int]:
         yield from (hits[hits >= block] + 1).tolist()
 
 
+# Data at least this large is searched for candidates by several threads at once (numpy
+# releases the GIL in its loops): each takes a span of whole blocks, and a candidate depends
+# on its own 64-byte window only, so the spans' results, in order, are the whole's.
+PARALLEL_FROM = 16 * 1024 * 1024
+
+
+def _all_candidates(data: bytes | memoryview, start: int) -> Iterator[int]:
+    import os
+
+    size = len(data)
+    try:
+        threads = min(8, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        threads = min(8, os.cpu_count() or 1)
+    if size < PARALLEL_FROM or threads < 2:
+        yield from candidates(data, start)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    view = memoryview(data)
+    span = -(-size // threads // BLOCK) * BLOCK  # whole blocks, rounded up
+
+    def search(k: int) -> list[int]:
+        low, high = k * span, min(size, (k + 1) * span)
+        # The data up to `high` only: a window ends at most there; its 63 bytes before
+        # `low` are read by candidates() itself.
+        return list(candidates(view[:high], max(low, start)))
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="wlock-chunking") as pool:
+        for found in pool.map(search, range(threads)):
+            yield from found
+
+
 def boundaries(data: bytes | memoryview) -> list[int]:
     """Each chunk's end offset, the last one the data's length (none for empty data)."""
     size = len(data)
     ends: list[int] = []
-    found = candidates(data, MIN_CHUNK - 1)
+    found = _all_candidates(data, MIN_CHUNK - 1)
     pending = next(found, None)
     start = 0
     while start < size:
