@@ -401,6 +401,9 @@ class SyncResult:
     upgraded: dict[str, Any] = field(default_factory=dict)
     # Each large file the Hub served: "repo/path" -> (engine, why it when not the default).
     engines: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Each file through hf_transfer: the connections it got (chosen as files finish:
+    # wlock.cache.transfer.Streams).
+    connections: dict[str, int] = field(default_factory=dict)
 
 
 ProblemKind = Literal["missing", "wrong-size", "wrong-hash", "wrong-link", "wrong-ref", "unsafe"]

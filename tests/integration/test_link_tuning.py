@@ -207,6 +207,70 @@ def test_the_ceiling_is_the_machines_not_a_constant(hub: Hub, big: str, tmp_path
     assert chosen == {"0": PER_CORE, "0,1": 2 * PER_CORE}, chosen
 
 
+def test_the_connections_follow_the_link_as_files_finish(hub: Hub, tmp_path: Path) -> None:
+    """No probe (as below its threshold), so the files start with today's share (8 for 2
+    at once: 4 each) on a link that caps every stream: one file at a time tries twice as
+    many, its rate is set against the level's, and the later files get more. With
+    --connections every file gets the user's share."""
+    repo_id = hub.unique_id("streams")
+    size = 40 * 2**20  # ten of hf_transfer's 4 MiB ranges: ten connections help at most
+    hub.builder.commit("model", repo_id, {f"model-{n}.safetensors": random_weights(size)
+                                          for n in range(6)})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    hub.process.faults(link={"mb_per_s": 10, "delay_ms": 20, "listener": "cdn"})
+    no_probe = {"WLOCK_PROBE_FROM": str(10**12)}
+
+    def connections(*extra: str) -> list[int]:
+        cache = tmp_path / f"cache{len(extra)}"
+        done = run_wlock("--no-progress", "sync", "--json", "--jobs", "2", "--endpoint",
+                         hub.endpoint, "--cache-dir", str(cache), *extra, cwd=project,
+                         env=no_probe)
+        assert done.code == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["link"] is None  # not probed
+        assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
+        return sorted(e["connections"] for e in report["engines"].values())
+
+    followed = connections()
+    assert followed[0] == 4, followed  # the first files: today's share
+    # Grown where the link rewarded more streams: not only the one file that tried more.
+    assert followed[-1] >= 8 and sum(c > 4 for c in followed) >= 2, followed
+    assert max(followed) <= 10, followed  # never more than the file's ranges
+    assert connections("--connections", "8") == [4] * 6
+
+
+def test_the_streams_rule() -> None:
+    """Streams, file by file: one file tries twice the level once the level has a rate; a
+    gain of GROW moves the level, less pauses the trying; a refusal halves it."""
+    from wlock.cache.transfer import Streams
+
+    mib = 2**20
+    streams = Streams(4, 64, fixed=False)
+    assert streams.choose(100 * mib, 2, 4 * mib) == (4, False)  # no rate at 4 yet
+    streams.finished(4, 100 * mib, 1.0, explored=False)
+    assert streams.choose(100 * mib, 2, 4 * mib) == (8, True)
+    assert streams.choose(100 * mib, 2, 4 * mib) == (4, False)  # one tries at a time
+    streams.finished(8, 100 * mib, 0.6, explored=True)  # 1.67x: the level moves
+    assert streams.level == 8
+    assert streams.choose(100 * mib, 2, 4 * mib) == (16, True)
+    streams.finished(16, 100 * mib, 0.55, explored=True)  # 1.09x: a plateau
+    assert streams.level == 8 and streams.paused == Streams.PAUSE
+    for _ in range(Streams.PAUSE):
+        assert streams.choose(100 * mib, 2, 4 * mib) == (8, False)
+        streams.finished(8, 100 * mib, 0.6, explored=False)
+    assert streams.choose(100 * mib, 2, 4 * mib) == (16, True)  # looked at again
+    streams.finished(16, 0, 0.0, explored=True)  # failed: no rate
+    streams.refused()
+    assert streams.level == 4 and 16 not in streams.rates
+    # Never past the ceiling shared by the files in flight, nor the file's ranges.
+    assert Streams(64, 64, fixed=False).choose(100 * mib, 4, 4 * mib) == (16, False)
+    assert Streams(64, 64, fixed=False).choose(12 * mib, 1, 4 * mib) == (3, False)
+    fixed = Streams(4, 8, fixed=True)
+    fixed.finished(4, 100 * mib, 1.0, explored=False)
+    assert fixed.choose(100 * mib, 2, 4 * mib) == (4, False)
+
+
 # -- small files: SmallGate ------------------------------------------------------------------
 
 

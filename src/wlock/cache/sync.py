@@ -291,6 +291,7 @@ def execute_plan(
     tuning: list[Any] = [None, None]
     upgrades: dict[str, Any] = {}
     engines: dict[str, tuple[str, str]] = {}
+    streams: dict[str, int] = {}
     restored: dict[str, list[int]] = {}
     refused: list[str] = []
     # Links only to blobs that are in, the ref last: a snapshot never points at a missing
@@ -318,6 +319,7 @@ def execute_plan(
                 downloads, cache_dir, endpoint, token, jobs, connections, timeout, wrong_blobs,
                 builds, _Sources(sources, offline, restored, refused),
                 on_start, on_bytes, on_done, tuning, upgrades, admit, engine, engines,
+                streams,
             )
         try:
             for r in work:
@@ -343,7 +345,8 @@ def execute_plan(
                       seconds=time.monotonic() - started,
                       restored=restored, refused=tuple(refused), by_others=by_others,
                       link=tuning[0], small=tuning[1], upgraded=upgrades,
-                      engines=dict(sorted(engines.items())))
+                      engines=dict(sorted(engines.items())),
+                      connections=dict(sorted(streams.items())))
 
 
 def _offline_error(repo: LockedRepo, f: LockedFile, asked: str = "") -> OfflineError:
@@ -429,13 +432,15 @@ def _download_all(
     admit: Admit | None = None,
     engine: str = "auto",
     engines: dict[str, tuple[str, str]] | None = None,
+    streams: dict[str, int] | None = None,
 ) -> tuple[int, int, list[WlockError], set[tuple[str, str, str]], tuple[int, int]]:
     """Fetch every blob; returns the bytes fetched (from any source), the files the Hub
     served, the failures, the blobs that failed, and the files (and bytes) another sync
     published while this one waited for them. `upgrades` is filled with what chunk-level
     upgrades did: files, bytes copied from cached blobs, bytes fetched, and why each file
     that was tried was downloaded whole instead. `engines` is filled with the engine that
-    fetched each large file the Hub served, and why (Transfer.engines)."""
+    fetched each large file the Hub served, and why (Transfer.engines); `streams` with the
+    connections each file through hf_transfer got (Transfer.streams)."""
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     from wlock.cache.transfer import (
@@ -649,6 +654,8 @@ def _download_all(
         finally:
             if engines is not None:
                 engines.update(transfer.engines)
+            if streams is not None:
+                streams.update(transfer.connections_of)
     upgrades.update(files=upgrader.files, copied_bytes=upgrader.copied,
                     fetched_bytes=upgrader.fetched, downloaded_whole=sorted(not_upgraded))
     return fetched, from_hub[0], failures, failed, (by_others[0], by_others[1])

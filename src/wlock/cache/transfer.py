@@ -31,6 +31,7 @@ from urllib.parse import quote, urljoin, urlsplit
 
 from wlock.cache.curl import MAX_SIDE_BODY, Answer, Curl, Headers, WireError, origin_of
 from wlock.cache.link_record import Verdict
+from wlock.cache.transfer_worker import CHUNK
 from wlock.cache.xet_engine import HF_TRANSFER, HF_XET, XetEngine, XetFailure, XetUnavailable
 from wlock.errors import (
     HubError,
@@ -277,6 +278,81 @@ class SmallGate:
                     self._cond.notify(free)
 
 
+class Streams:
+    """Connections per large file, revisited each time one starts (issue 39).
+
+    hf_transfer takes a file's connection count when the file starts, so a sync follows the
+    link file by file: the level (the probe's choice, or today's default) is what a file
+    gets, and one file at a time tries twice as many (`explore`). When it ends, its rate
+    (its bytes over its time in hf_transfer) is set against the level's: GROW times it or
+    more, streams still help and the level moves up; less, the level stays and nothing
+    above it is tried for PAUSE files (then again: links change). A 429 or 5xx on a large
+    file halves the level and forgets what was learnt above it. Never past the ceiling
+    shared by the files in flight (`ceiling // files`), nor past one connection per range of
+    the file (more would wait), nor, with --connections, anything but the user's share.
+    hf_xet grows its streams within files, by the same measure (throughput growing with
+    them); aria2 and rclone keep a fixed count per file.
+    """
+
+    GROW = 1.3
+    PAUSE = 4
+
+    def __init__(self, level: int, ceiling: int, fixed: bool) -> None:
+        self.level, self.ceiling, self.fixed = level, ceiling, fixed
+        self.rates: dict[int, float] = {}  # connections -> the latest file's bytes/s
+        self.exploring = 0  # a file trying more is in flight
+        self.paused = 0  # files to go before trying more again
+        self.used: list[int] = []  # what each file got, in order
+        self._lock = threading.Lock()
+
+    def set_level(self, level: int) -> None:
+        with self._lock:
+            self.level = max(1, level)
+
+    def choose(self, size: int, files: int, chunk: int) -> tuple[int, bool]:
+        """The connections for a file of `size` bytes starting now, `files` large files in
+        flight with it, and whether it explores (tries more than the level)."""
+        with self._lock:
+            useful = max(1, -(-size // chunk))
+            cap = max(1, min(self.ceiling // max(1, files), useful))
+            level = min(self.level, cap)
+            up = min(cap, self.level * 2)
+            explore = (not self.fixed and not self.exploring and not self.paused
+                       and up > level and self.level in self.rates and up not in self.rates)
+            if explore:
+                self.exploring += 1
+                level = up
+            self.used.append(level)
+            return level, explore
+
+    def finished(self, connections: int, size: int, seconds: float, *,
+                 explored: bool) -> None:
+        with self._lock:
+            if explored:
+                self.exploring -= 1
+            if self.fixed or seconds <= 0:
+                return
+            self.rates[connections] = size / seconds
+            self.paused = max(0, self.paused - 1)
+            if connections > self.level and self.level in self.rates:
+                if self.rates[connections] >= self.GROW * self.rates[self.level]:
+                    self.level = connections  # streams still help: go on from there
+                else:
+                    self.paused = self.PAUSE  # a plateau: stay, look again later
+                    for above in [c for c in self.rates if c > self.level]:
+                        del self.rates[above]
+
+    def refused(self) -> None:
+        """The server answered a large file's request with 429 or 5xx: it asks for less."""
+        with self._lock:
+            if self.fixed:
+                return
+            self.level = max(1, self.level // 2)
+            for above in [c for c in self.rates if c > self.level]:
+                del self.rates[above]
+            self.paused = self.PAUSE
+
+
 class TLSContext:
     """The TLS context every connection of a sync shares, made when the first one needs it.
 
@@ -317,6 +393,7 @@ class Transfer:
         # Each large file fetched: its label -> (the engine, why that one when not the
         # default), for `sync -v` and --json; and the files the bridge refused.
         self.engines: dict[str, tuple[str, str]] = {}
+        self.connections_of: dict[str, int] = {}  # each hf_transfer file's connections
         self._to_xet: dict[str, str] = {}
         self._timeout = timeout
         # Set once a file gave up because the endpoint refuses connections: the other files
@@ -334,6 +411,9 @@ class Transfer:
         self._per_file = max(1, (connections if fixed else min(connections, BASE_CONNECTIONS))
                              // jobs)
         self._ceiling = connections
+        # The connections each large file gets, revisited as files finish (Streams).
+        self.streams = Streams(self._per_file, connections, fixed)
+        self._large_in_flight = 0
         self._on_bytes = on_bytes or (lambda job, n: None)
         # One TLS context for every connection (TLSContext says why), made on first use.
         self._tls = TLSContext()
@@ -440,6 +520,7 @@ class Transfer:
         base = max(1, min(self._ceiling, BASE_CONNECTIONS) // max(1, files))
         if known is not None:
             self._per_file = max(base, self._ceiling // max(1, files)) if known.capped else base
+            self.streams.set_level(self._per_file)
             return LinkTuning(known.one_stream, known.four_streams, self._per_file, files,
                               "the link per stream (more connections help)" if known.capped
                               else "the machine or the whole link (more connections do not "
@@ -453,6 +534,7 @@ class Transfer:
                 threading.BrokenBarrierError) as e:
             status = getattr(getattr(e, "response", None), "status_code", None)
             self._per_file = max(1, base // 2)
+            self.streams.set_level(self._per_file)
             return LinkTuning(0.0, 0.0, self._per_file, files,
                               f"the probe failed ({status or type(e).__name__}): backed off")
         if more_help:
@@ -461,6 +543,7 @@ class Transfer:
         else:
             self._per_file = base
             limit = "the machine or the whole link (more connections do not help)"
+        self.streams.set_level(self._per_file)
         return LinkTuning(one, four, self._per_file, files, limit, capped=more_help)
 
     def _probe(self, url: str, streams: int) -> float:
@@ -586,10 +669,18 @@ class Transfer:
             return self._fetch_xet(job, xet, why)
         # A file that failed is tried again with half the connections: on a flaky link
         # fewer ranges fail at once, and each has more tries left.
-        connections = max(1, self._per_file >> (attempt - 1))
+        with self._clients_lock:
+            self._large_in_flight += 1
+            files = self._large_in_flight
+        chosen, explored = self.streams.choose(job.size, files, CHUNK)
+        connections = max(1, chosen >> (attempt - 1))
+        started = time.monotonic()
         try:
             done = self._fetch_large(job, url, connections)
         except _Retryable as e:
+            self.streams.finished(connections, 0, 0.0, explored=explored)
+            if e.status is not None and is_transient(e.status):
+                self.streams.refused()  # the server asks for less
             if e.status != 400:
                 raise
             # The bridge (the plain-HTTP route to a file on Xet) refuses it: on the Hub,
@@ -603,7 +694,16 @@ class Transfer:
             why = f"the bridge refused it ({e.final.cause or 'HTTP 400'})"
             self._to_xet[job.label] = why
             return self._fetch_xet(job, xet, why)
+        except BaseException:
+            self.streams.finished(connections, 0, 0.0, explored=explored)
+            raise
+        finally:
+            with self._clients_lock:
+                self._large_in_flight -= 1
+        self.streams.finished(connections, job.size, time.monotonic() - started,
+                              explored=explored)
         self.engines[job.label] = (HF_TRANSFER, "")
+        self.connections_of[job.label] = connections
         return done
 
     def _fetch_xet(self, job: FetchJob, xet: XetFile, why: str) -> tuple[str, int]:

@@ -193,6 +193,8 @@ def sync(
     info(_summary(plan, result))
     if result.engines and verbosity() >= 1:
         info(_engine_line(result.engines))
+    if len(set(result.connections.values())) > 1 and verbosity() >= 1:
+        info(_streams_line(result))
     if result.link is not None and verbosity() >= 1:
         info(_link_line(result.link))
     if result.small is not None and verbosity() >= 1:
@@ -205,6 +207,16 @@ def _engine_line(engines: dict[str, tuple[str, str]]) -> str:
         used[engine_used] = used.get(engine_used, 0) + 1
     return "large files: " + ", ".join(f"{count(n, 'file')} through {name}"
                                        for name, n in sorted(used.items()))
+
+
+def _streams_line(result: SyncResult) -> str:
+    """The connections the files got as the sync went on (Streams): each level and its
+    files, in the order the levels were first used."""
+    levels: dict[int, int] = {}
+    for n in result.connections.values():
+        levels[n] = levels.get(n, 0) + 1
+    return ("connections per large file, chosen as files finished: " + ", ".join(
+        f"{n} ({count(k, 'file')})" for n, k in sorted(levels.items())))
 
 
 def _link_line(link: object) -> str:
@@ -326,8 +338,7 @@ def _result_json(plan: SyncPlan, result: SyncResult | None, *, dry_run: bool,
                                           ("fetched_bytes", 0), ("downloaded_whole", []))},
         # Each large file the Hub served: the engine that fetched it, and why that one
         # where it is not the default (hf_transfer).
-        "engines": {label: {"engine": used, "why": why}
-                    for label, (used, why) in (result.engines.items() if result else ())},
+        "engines": _engines_json(result),
         "by_other_syncs": {"files": result.by_others[0] if result else 0,
                            "bytes": result.by_others[1] if result else 0},
         "link": ({"one_stream_bytes_per_s": round(result.link.one_stream),
@@ -342,6 +353,17 @@ def _result_json(plan: SyncPlan, result: SyncResult | None, *, dry_run: bool,
                         if result and result.small else None),
         "seconds": round(result.seconds, 3) if result else 0.0,
     }
+
+
+def _engines_json(result: SyncResult | None) -> dict[str, dict[str, object]]:
+    if result is None:
+        return {}
+    out: dict[str, dict[str, object]] = {}
+    for label, (used, why) in result.engines.items():
+        out[label] = {"engine": used, "why": why}
+        if label in result.connections:
+            out[label]["connections"] = result.connections[label]
+    return out
 
 
 def _render_plan(plan: SyncPlan, as_json: bool) -> None:
