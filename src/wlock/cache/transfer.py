@@ -667,12 +667,12 @@ class Transfer:
             why = "--engine xet"
         if why is not None and xet is not None:
             return self._fetch_xet(job, xet, why)
-        # A file that failed is tried again with half the connections: on a flaky link
-        # fewer ranges fail at once, and each has more tries left.
         with self._clients_lock:
             self._large_in_flight += 1
             files = self._large_in_flight
         chosen, explored = self.streams.choose(job.size, files, CHUNK)
+        # A file that failed is tried again with half the connections: on a flaky link
+        # fewer ranges fail at once, and each has more tries left.
         connections = max(1, chosen >> (attempt - 1))
         started = time.monotonic()
         try:
