@@ -124,6 +124,18 @@ def read_only(mount: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
 
 
+def fill_disk(mount: Path) -> None:
+    """Fill the filesystem at `mount` as another program would, to its last block (the
+    open itself may find it full already)."""
+    try:
+        with open(mount / "filler", "wb") as filler:
+            while True:
+                filler.write(b"\0" * (1024 * 1024))
+                filler.flush()
+    except OSError:
+        pass
+
+
 def random_weights(size: int) -> bytes:
     """`size` random bytes no scanner takes for a pickle. `wlock lock` scans a file named
     `.bin` (or `.pt`, `.ckpt`, ...) as one when its first byte is a pickle opcode, and about

@@ -15,7 +15,7 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
-from tests.conftest import Hub, run_wlock, tmpfs, write_project
+from tests.conftest import Hub, fill_disk, run_wlock, tmpfs, write_project
 from tests.integration.test_promises import fetch_job
 from wlock.cache.transfer import LARGE_FILE, FetchJob, Transfer
 from wlock.errors import HubError
@@ -374,13 +374,7 @@ def test_a_full_disk_mid_download_exits_6(hub: Hub, tmp_path: Path, sharded: Pat
                 proc.kill()
                 pytest.fail(f"no download started: {proc.communicate()}")
             time.sleep(0.05)
-        with open(mount / "filler", "wb") as filler:  # another program fills the disk
-            try:
-                while True:
-                    filler.write(b"\0" * (1024 * 1024))
-                    filler.flush()
-            except OSError:
-                pass
+        fill_disk(mount)  # another program fills the disk
         try:
             _, err = proc.communicate(timeout=120)
         finally:

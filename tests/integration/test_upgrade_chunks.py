@@ -190,6 +190,21 @@ def test_the_lock_records_xet_hashes_where_the_hub_lists_them(hub: Hub, tmp_path
     assert repo_id in failed.stderr
 
 
+def locked_upgrade(hub: Hub, tmp_path: Path, name: str, before: bytes, after: bytes
+                   ) -> tuple[Path, str, str]:
+    """A repo on Xet whose shard is `before`, locked and synced; then `after` committed and
+    `lock --upgrade` run, not synced. The project, the repo and the new commit."""
+    repo_id = hub.unique_id(name)
+    builder = StoreBuilder(hub.builder.root, xet=True)
+    builder.commit("model", repo_id, {SHARD: before})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    assert run_wlock("sync", "--endpoint", hub.endpoint, cwd=project).code == 0
+    sha = builder.commit("model", repo_id, {SHARD: after})
+    assert run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project).code == 0
+    return project, repo_id, sha
+
+
 def test_concurrent_syncs_upgrade_a_shared_cache_once(hub: Hub, tmp_path: Path) -> None:
     """Four syncs of the upgraded lock into one cache: one puts the file together, the
     others wait for it (the blob's lock) and find it published; the changed chunks cross the
@@ -199,14 +214,7 @@ def test_concurrent_syncs_upgrade_a_shared_cache_once(hub: Hub, tmp_path: Path) 
 
     before = random_weights(12 * 2**20)
     after = changed(before, 10)
-    repo_id = hub.unique_id("upgrade-shared")
-    builder = StoreBuilder(hub.builder.root, xet=True)
-    builder.commit("model", repo_id, {SHARD: before})
-    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
-    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
-    assert run_wlock("sync", "--endpoint", hub.endpoint, cwd=project).code == 0
-    sha = builder.commit("model", repo_id, {SHARD: after})
-    assert run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project).code == 0
+    project, repo_id, sha = locked_upgrade(hub, tmp_path, "upgrade-shared", before, after)
     hub.process.reset_stats()
     hub.process.faults({"action": "delay", "listener": "cdn", "match": "/xorbs/",
                         "delay_ms": 300})
@@ -238,14 +246,7 @@ def test_kill_9_mid_upgrade_leaves_nothing_unverified(hub: Hub, tmp_path: Path) 
 
     before = random_weights(24 * 2**20)
     after = changed(before, 3)  # a third of the chunks: seconds at 1 MB/s
-    repo_id = hub.unique_id("upgrade-kill")
-    builder = StoreBuilder(hub.builder.root, xet=True)
-    builder.commit("model", repo_id, {SHARD: before})
-    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
-    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
-    assert run_wlock("sync", "--endpoint", hub.endpoint, cwd=project).code == 0
-    sha = builder.commit("model", repo_id, {SHARD: after})
-    assert run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project).code == 0
+    project, repo_id, sha = locked_upgrade(hub, tmp_path, "upgrade-kill", before, after)
     new = next(f for f in read_lock(project / "weights.lock").repos[0].files if f.path == SHARD)
     hub.process.reset_stats()
     hub.process.faults(link={"mb_per_s": 1, "listener": "cdn"})

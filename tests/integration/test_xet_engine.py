@@ -15,7 +15,7 @@ from pathlib import Path
 
 from huggingface_hub import hf_hub_download
 
-from tests.conftest import Hub, random_weights, run_wlock, tmpfs, write_project
+from tests.conftest import Hub, fill_disk, random_weights, run_wlock, tmpfs, write_project
 from wlock.hubserver.store import StoreBuilder
 from wlock.lock.lockfile import read_lock
 from wlock.xet.chunking import boundaries
@@ -242,13 +242,7 @@ def test_a_full_disk_mid_file_on_the_xet_path_exits_6(hub: Hub, tmp_path: Path) 
                 proc.kill()
                 raise AssertionError(f"no download started: {proc.communicate()}")
             time.sleep(0.05)
-        try:  # another program fills the disk (the open itself may find it full)
-            with open(mount / "filler", "wb") as filler:
-                while True:
-                    filler.write(b"\0" * (1024 * 1024))
-                    filler.flush()
-        except OSError:
-            pass
+        fill_disk(mount)
         try:
             _, err = proc.communicate(timeout=120)
         finally:
