@@ -36,7 +36,7 @@ from wlock.cache.curl import origin_of
 from wlock.errors import redact
 from wlock.hubstatus import is_transient
 from wlock.version import __version__
-from wlock.xet.cas import XetFile
+from wlock.xet.cas import CasError, XetFile, read_token
 
 ENGINES = ("auto", "xet", "hf_transfer")
 HF_XET = "hf_xet"
@@ -130,21 +130,11 @@ class XetEngine:
                 raise XetFailure(message, answer.status_code)
             raise XetUnavailable(message)
         try:
-            body = answer.json()
-        except ValueError:
-            body = {}
-        if not isinstance(body, dict):
-            body = {}
-        url = body.get("casUrl") or answer.headers.get("X-Xet-Cas-Url")
-        token = body.get("accessToken") or answer.headers.get("X-Xet-Access-Token")
-        exp: Any = body.get("exp") or answer.headers.get("X-Xet-Token-Expiration")
-        try:
-            expiry = int(exp)
-        except (TypeError, ValueError):
-            expiry = 0
-        if not (isinstance(url, str) and url.startswith(("http://", "https://"))
-                and isinstance(token, str) and token and expiry):
-            raise XetUnavailable("the Xet token answer names no CAS URL, token or expiry")
+            url, token, expiry = read_token(answer)
+        except CasError as e:
+            raise XetUnavailable(str(e)) from None
+        if not expiry:
+            raise XetUnavailable("the Xet token answer names no expiry")
         found = {"url": url, "token": token, "exp": expiry}
         with self._lock:
             self._tokens[xet.token_url] = found

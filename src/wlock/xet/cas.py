@@ -123,21 +123,34 @@ def xet_file(response: httpx2.Response) -> XetFile | None:
     return XetFile(file_hash, str(response.url.join(found.group(1))))
 
 
+def read_token(answer: httpx2.Response) -> tuple[str, str, int]:
+    """The CAS's URL, the access token and its expiry (Unix seconds, 0 when not given) of the
+    endpoint's token answer: its JSON body, else its `X-Xet-*` headers."""
+    try:
+        body = answer.json()
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    url = body.get("casUrl") or answer.headers.get("X-Xet-Cas-Url")
+    token = body.get("accessToken") or answer.headers.get("X-Xet-Access-Token")
+    exp: Any = body.get("exp") or answer.headers.get("X-Xet-Token-Expiration")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or not (
+            isinstance(token, str) and token):
+        raise CasError("the Xet token answer names no CAS URL or token")
+    try:
+        expiry = int(exp)
+    except (TypeError, ValueError):
+        expiry = 0
+    return url.rstrip("/"), token, expiry
+
+
 class Cas:
     """One CAS session: its URL and token, from the endpoint's token answer."""
 
     def __init__(self, http: httpx2.Client, token_answer: httpx2.Response) -> None:
         self._http = http
-        try:
-            body = token_answer.json()
-        except ValueError:
-            body = {}
-        url = body.get("casUrl") or token_answer.headers.get("X-Xet-Cas-Url")
-        token = body.get("accessToken") or token_answer.headers.get("X-Xet-Access-Token")
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")) or not (
-                isinstance(token, str) and token):
-            raise CasError("the Xet token answer names no CAS URL or token")
-        self.url, self._token = url.rstrip("/"), token
+        self.url, self._token, _ = read_token(token_answer)
 
     def reconstruction(self, file_hash: str) -> Reconstruction:
         """The whole file's reconstruction: /v2, else /v1 where the CAS has no /v2."""
