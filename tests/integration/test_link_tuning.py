@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from wlock.cache.transfer import (
 )
 
 SIZE = 12 * 2**20
-# A link that caps each stream, slow enough that a probe's 1 MiB takes a third of a second:
+# A link that caps each stream, slow enough that a probe's range takes a sixth of a second:
 # a client starved of CPU for a while (CI's load) then reads a burst of what the kernel
 # buffered, and at 10 MB/s (100 ms a body) a single stream was once measured at 873 MB/s.
 CAPPED = {"mb_per_s": 3, "delay_ms": 20, "listener": "cdn"}
@@ -55,6 +56,54 @@ def test_a_link_that_caps_each_stream_gets_the_ceiling(
     # Four streams at ~4x one: decisive, no third round trip for a second single stream.
     assert hub.process.stats()["requests"]["cdn"] == 1 + 4
     assert tune(hub, big, tmp_path, files=1, connections=32).per_file == 32
+
+
+def test_the_four_streams_are_sent_while_the_one_arrives(
+        hub: Hub, big: str, tmp_path: Path) -> None:
+    """The probe's second round goes out a round trip before the first body is due to end
+    (their bodies meet, the probe waits a round trip less), and the verdict holds: the one
+    stream is counted only while it was alone. On loopback, where a round trip is worth
+    nothing, the four wait for the one's end."""
+    from wlock.cache.transfer import PROBE
+
+    def rounds() -> tuple[dict, list[dict]]:  # type: ignore[type-arg]
+        for _ in range(100):  # the emulator logs an answer's end just after its last byte
+            ranges = [e for e in hub.process.stats()["log"]
+                      if e["listener"] == "cdn" and e["bytes"] == PROBE]
+            if all(e["end"] is not None for e in ranges):
+                break
+            time.sleep(0.02)
+        assert len(ranges) == 5, ranges
+        return ranges[0], ranges[1:]
+
+    hub.process.faults(link={"mb_per_s": 3, "delay_ms": 100, "listener": "cdn"})
+    hub.process.reset_stats()
+    chosen = tune(hub, big, tmp_path)
+    assert chosen.capped and chosen.per_file == 16, chosen
+    one, four = rounds()
+    # Sent before the one's body ended, by about the 100 ms its answer took (its body lasts
+    # 175 ms).
+    assert all(e["start"] < one["end"] - 0.05 for e in four), (one, four)
+    assert all(e["end"] > one["end"] for e in four), (one, four)
+
+    hub.process.faults(link=None)
+    hub.process.reset_stats()
+    assert not tune(hub, big, tmp_path).capped
+    one, four = rounds()
+    assert all(e["start"] >= one["end"] for e in four), (one, four)
+
+
+def test_the_one_stream_is_counted_while_alone() -> None:
+    """Where the four's bodies begin before the one's ends, the one's rate is its bytes
+    before their first byte (not a rate shared with them); under half of it alone, none."""
+    from wlock.cache.transfer import alone_rate
+
+    one = [(t / 10, (t + 1) * 100) for t in range(10)]  # 1,000 bytes in 0.9 s
+    late = [[(1.5, 100)], [(2.0, 100)]]
+    assert alone_rate(one, late, 1000) == pytest.approx(1000 / 0.9)
+    early = [[(0.75, 100)], []]  # 800 bytes alone, from 0.0 to 0.7
+    assert alone_rate(one, early, 1000) == pytest.approx(800 / 0.7)
+    assert alone_rate(one, [[(0.35, 100)]], 1000) == 0.0  # 400 of 1,000 alone: too few
 
 
 def test_loopback_keeps_todays_connections(hub: Hub, big: str, tmp_path: Path) -> None:
@@ -126,7 +175,6 @@ def test_the_syncs_of_one_cache_probe_once(hub: Hub, big: str, tmp_path: Path) -
     import shutil
     import subprocess
     import sys
-    import time
 
     from wlock.cache import link_record
     from wlock.cache.transfer import PROBE
@@ -137,7 +185,7 @@ def test_the_syncs_of_one_cache_probe_once(hub: Hub, big: str, tmp_path: Path) -
     env = {"WLOCK_PROBE_FROM": "1"}
     cache = tmp_path / "cache"
 
-    def probes() -> int:  # the probe's ranges: 1 MiB each (hf_transfer's are 4 MiB)
+    def probes() -> int:  # the probe's ranges: 512 KiB each (hf_transfer's are 4 MiB)
         return sum(1 for e in hub.process.stats()["log"]
                    if e["listener"] == "cdn" and e["bytes"] == PROBE)
 

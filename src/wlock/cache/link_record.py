@@ -1,6 +1,6 @@
 """The link's verdict, kept in the cache for the syncs that follow (issue 39).
 
-The probe (Transfer.tune) reads 5-6 MiB of ranges of a file that its download then reads
+The probe (Transfer.tune) reads 2.5-3 MiB of ranges of a file that its download then reads
 again. On a shared cache every sync probed: 8 syncs on two mounts of one JuiceFS volume
 took 1.15x the lock from the Hub where 1.00x is the promise. So the sync that probes writes
 what it measured to `<cache>/.locks/wlock-link.json`, per endpoint origin, and a sync of the

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import queue
 import re
@@ -64,9 +65,20 @@ BASE_CONNECTIONS = 8
 GAIN = 2.0
 # At least this, the gain is the link's, not a busy machine's (see capped()).
 DECISIVE = 3.0
-PROBE = 1024 * 1024
-# The probe reads 5-6 MiB that the download reads again: done only for a sync whose large
-# files make that under 2.5% (WLOCK_PROBE_FROM, in bytes, moves the line; tests lower it).
+# A probe range. Its body is what is timed: 26 ms at 20 MB/s a stream, where half of a probe's
+# time was two bodies of 1 MiB (148 ms in all, 88 ms with 512 KiB; 256 KiB took 69 ms but
+# judged a capped link capped 5 times in 10 with three busy loops on the 2 cores, 512 KiB 10
+# in 10, as 1 MiB did).
+PROBE = 512 * 1024
+# A round trip at least this long is hidden: the probe's second round is sent while the first
+# body still arrives (Transfer._one_then_four). Shorter ones save nothing worth the overlap:
+# at 2 ms, loopback under load (three busy loops on the 2 cores: round trips of a few ms)
+# was judged capped 5 times in 15, the four's requests going out while the one was read; at
+# 10 ms, 3 in 125, about what one stream's reader descheduled mid-body does to the rounds
+# run one after the other (0 in 65).
+HIDDEN_TRIP = 0.010
+# The probe reads 2.5-3 MiB that the download reads again: done only for a sync whose large
+# files make that about 1% (WLOCK_PROBE_FROM, in bytes, moves the line; tests lower it).
 PROBE_FROM = int(os.environ.get("WLOCK_PROBE_FROM", 256 * 1024 * 1024))
 # Small files at once, at most, for each round trip a file costs, whatever --jobs says: each
 # is a request or two of Hub latency (tens of ms on the real Hub), so concurrency, not
@@ -207,6 +219,27 @@ def capped(one: float, four: float, again: Callable[[], float]) -> tuple[float, 
     if not one or four / one >= GAIN:
         one = max(one, again())
     return one, bool(one) and four / one >= GAIN
+
+
+def _rate(bodies: list[list[tuple[float, int]]]) -> float:
+    """The bytes per second of bodies read at once, from the first byte of any to the last
+    byte of all (each body: its arrivals as (time, bytes so far))."""
+    arrived = [body for body in bodies if body]
+    if not arrived:
+        return 0.0
+    began = min(body[0][0] for body in arrived)
+    ended = max(body[-1][0] for body in arrived)
+    return sum(body[-1][1] for body in arrived) / max(ended - began, 1e-6)
+
+
+def alone_rate(body: list[tuple[float, int]], others: list[list[tuple[float, int]]],
+               size: int) -> float:
+    """The rate of `body` (arrivals as (time, bytes so far), `size` bytes in all) while it
+    was alone: up to the first byte of any of `others`. 0 where that leaves under half of
+    it: not measured (capped() then measures a single stream again)."""
+    began = min((other[0][0] for other in others if other), default=math.inf)
+    alone = [(t, n) for t, n in body if t < began]
+    return _rate([alone]) if alone and alone[-1][1] >= size // 2 else 0.0
 
 
 def _probe_refused(status: int) -> OSError:
@@ -512,8 +545,9 @@ class Transfer:
         limit and more connections only cost CPU: keep BASE_CONNECTIONS, today's default,
         measured best on loopback (bench/sync_throughput.py). A 429 or 5xx on the probe
         halves the base (the server asks for less). The probe costs five or six ranges of
-        1 MiB in two or three round trips (see capped()); their rate is counted from each
-        body's first byte (see _probe).
+        512 KiB in two or three round trips (see capped()), the second sent while the first
+        body arrives (see _one_then_four); their rate is counted from each body's first
+        byte (see _probe).
         """
         import httpx2
 
@@ -527,8 +561,7 @@ class Transfer:
                               "help)", measured_ago=known.age, capped=known.capped)
         try:
             url = self._resolve(job)
-            one = self._probe(url, 1)
-            four = self._probe(url, 4)
+            one, four = self._one_then_four(url)
             one, more_help = capped(one, four, lambda: self._probe(url, 1))
         except (HubError, httpx2.HTTPError, OSError, _Retryable,
                 threading.BrokenBarrierError) as e:
@@ -553,32 +586,79 @@ class Transfer:
         gain where only latency differs (seen on loopback: four streams at 2.5x one, so 16
         connections a file, and 350-550 MiB of memory for a 1 GB sync where 150 is usual:
         hf_transfer holds about three ranges per connection)."""
+        return _rate(self._ranges(url, [range(streams)])[0])
+
+    def _one_then_four(self, url: str) -> tuple[float, float]:
+        """One stream's rate, then four's (see _probe), the four sent a round trip before
+        the one's body is due to end, so that their bodies begin as it ends: the probe
+        waits a round trip less (20 ms of 90 at 20 ms a request; more from a distant Hub).
+        The one is counted only up to the four's first byte: where the bodies meet early,
+        it is not measured while sharing the link with them (that would make four look
+        better than they are)."""
+        (single,), four = self._ranges(url, [range(1), range(1, 5)])
+        return alone_rate(single, four, PROBE), _rate(four)
+
+    def _ranges(self, url: str, rounds: list[range]) -> list[list[list[tuple[float, int]]]]:
+        """Rounds of ranges of `url` (PROBE bytes each, numbered), each body's arrivals as
+        (monotonic time, bytes so far). A round's ranges are requested together; a round
+        after the first is requested a round trip before the body of the one before it (a
+        single range) is due to end, from its rate so far, and at its end if sooner.
+
+        Every stream's thread and client are made before the first request, not while a
+        body is read and timed (its reader would share the interpreter with them)."""
         from concurrent.futures import ThreadPoolExecutor
 
         headers = self._headers_for(url)
-        # The requests go out together: a stream that starts late (its thread, its client)
-        # would stretch the window and hide the gain.
-        together = threading.Barrier(streams)
+        streams = [(n, r) for r, numbers in enumerate(rounds) for n in numbers]
+        ready = threading.Barrier(len(streams))
+        # Per round: its requests go out together (a stream that starts late, its thread
+        # or its client, would stretch the window and hide the gain), once the round
+        # before is due to end.
+        together = [threading.Barrier(len(numbers)) for numbers in rounds]
+        due = [threading.Event() for _ in rounds]
+        due[0].set()
+        failed: list[BaseException] = []
 
-        def get(n: int) -> tuple[int, float, float]:
-            first = n * PROBE
+        def get(stream: tuple[int, int]) -> list[tuple[float, int]]:
+            n, r = stream
             client = self._http
-            together.wait(10)
-            with client.stream("GET", url, headers={
-                    **headers, "Range": f"bytes={first}-{first + PROBE - 1}"}) as response:
-                if response.status_code >= 400:
-                    raise _probe_refused(response.status_code)
-                got, began = 0, 0.0
-                for chunk in response.iter_raw(64 * 1024):
-                    began = began or time.monotonic()
-                    got += len(chunk)
-                return got, began, time.monotonic()
+            ready.wait(10)
+            due[r].wait(10)
+            if failed:
+                raise failed[0]  # the round before failed: nothing more is asked
+            together[r].wait(10)
+            following = due[r + 1] if r + 1 < len(rounds) else None
+            sent = time.monotonic()
+            arrivals: list[tuple[float, int]] = []
+            try:
+                with client.stream("GET", url, headers={
+                        **headers, "Range": f"bytes={n * PROBE}-{(n + 1) * PROBE - 1}"},
+                        ) as response:
+                    if response.status_code >= 400:
+                        raise _probe_refused(response.status_code)
+                    trip, got = time.monotonic() - sent, 0
+                    if trip < HIDDEN_TRIP:
+                        following = None  # the next round waits for this one's end
+                    for chunk in response.iter_raw(64 * 1024):
+                        got += len(chunk)
+                        arrivals.append((time.monotonic(), got))
+                        if following is not None and not following.is_set() \
+                                and len(arrivals) > 1:
+                            elapsed = arrivals[-1][0] - arrivals[0][0]
+                            if (PROBE - got) * elapsed <= trip * got:  # left / rate <= trip
+                                following.set()
+            except BaseException as e:
+                failed.append(e)
+                raise
+            finally:
+                if r + 1 < len(rounds):
+                    due[r + 1].set()
+            return arrivals
 
-        with ThreadPoolExecutor(streams) as pool:
-            bodies = list(pool.map(get, range(streams)))
-        began = min(b for _, b, _ in bodies if b) if any(b for _, b, _ in bodies) else 0.0
-        ended = max(e for _, _, e in bodies)
-        return sum(n for n, _, _ in bodies) / max(ended - began, 1e-6)
+        with ThreadPoolExecutor(len(streams)) as pool:
+            bodies = list(pool.map(get, streams))
+        return [[body for body, (_, r) in zip(bodies, streams, strict=True) if r == k]
+                for k in range(len(rounds))]
 
     @property
     def http(self) -> httpx2.Client:
