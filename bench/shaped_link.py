@@ -16,10 +16,9 @@ hf_xet (aim: >= 1.5x) and to the best fixed setting (aim: >= 0.9x): what the ada
 has to close.
 
 The default is 2 GiB (4 x 512 MiB). At 4 x 128 MiB a 2-core machine measures its own fixed
-costs more than the link: the interpreter's start (0.35 s), and the emulator's CPU, which
-runs beside the client on the same cores (0.6-0.9 s of it for 537 MB at 20 MB/s); there even
-the best fixed setting stays under 3x (2.7-2.8x here), where hf_transfer alone on the same
-URLs takes 1.3-1.5 s.
+costs more than the link: the interpreter's start (0.35 s), the emulator's CPU, which runs
+beside the client on the same cores (0.6-0.9 s of it for 537 MB at 20 MB/s), and the
+default's probe (70 ms of a 1.3-1.4 s sync), which a fixed --connections skips.
 
 The data (the store, the caches) is in BENCH_DIR if set, else on /dev/shm where there is
 one, else in the temp folder.
