@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +97,23 @@ def run_wlock(*args: str, cwd: Path | None = None, env: dict[str, str] | None = 
         env={**os.environ, **(env or {})}, timeout=timeout, preexec_fn=default_signals,
     )
     return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def kill_9_mid_sync(args: tuple[str, ...], cwd: Path, progress: Callable[[], int],
+                    at_least: int, what: str) -> None:
+    """Start `wlock *args` in `cwd` and kill -9 it once `progress()` (bytes the emulator
+    served it) reaches `at_least`; fails naming `what` if that does not happen within 60 s.
+    The process is gone on return, either way."""
+    proc = subprocess.Popen([sys.executable, "-m", "wlock", *args], cwd=cwd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and progress() < at_least:
+            time.sleep(0.05)
+        assert progress() >= at_least, f"{what} never started"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
 
 
 @contextmanager

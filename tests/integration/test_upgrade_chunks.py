@@ -13,7 +13,7 @@ import hf_xet
 import pytest
 from huggingface_hub import hf_hub_download
 
-from tests.conftest import Hub, random_weights, run_wlock, write_project
+from tests.conftest import Hub, kill_9_mid_sync, random_weights, run_wlock, write_project
 from wlock.hubserver.store import StoreBuilder
 from wlock.lock.lockfile import read_lock
 from wlock.xet.chunking import boundaries
@@ -239,26 +239,14 @@ def test_concurrent_syncs_upgrade_a_shared_cache_once(hub: Hub, tmp_path: Path) 
 
 
 def test_kill_9_mid_upgrade_leaves_nothing_unverified(hub: Hub, tmp_path: Path) -> None:
-    import signal
-    import subprocess
-    import sys
-    import time
-
     before = random_weights(24 * 2**20)
     after = changed(before, 3)  # a third of the chunks: seconds at 1 MB/s
     project, repo_id, sha = locked_upgrade(hub, tmp_path, "upgrade-kill", before, after)
     new = next(f for f in read_lock(project / "weights.lock").repos[0].files if f.path == SHARD)
     hub.process.reset_stats()
     hub.process.faults(link={"mb_per_s": 1, "listener": "cdn"})
-    proc = subprocess.Popen([sys.executable, "-m", "wlock", "sync", "--endpoint",
-                             hub.endpoint], cwd=project, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and served(hub) < 500_000:
-        time.sleep(0.05)
-    assert served(hub) >= 500_000, "the upgrade never started"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
+    kill_9_mid_sync(("sync", "--endpoint", hub.endpoint), project, lambda: served(hub),
+                    500_000, "the upgrade")
     [blobs] = cache().glob(f"models--{repo_id.replace('/', '--')}/blobs")
     assert not (blobs / new.etag).exists()  # nothing unverified is visible
     assert not (blobs.parent / "snapshots" / sha).exists()

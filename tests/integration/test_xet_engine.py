@@ -15,7 +15,15 @@ from pathlib import Path
 
 from huggingface_hub import hf_hub_download
 
-from tests.conftest import Hub, fill_disk, random_weights, run_wlock, tmpfs, write_project
+from tests.conftest import (
+    Hub,
+    fill_disk,
+    kill_9_mid_sync,
+    random_weights,
+    run_wlock,
+    tmpfs,
+    write_project,
+)
 from wlock.hubserver.store import StoreBuilder
 from wlock.lock.lockfile import read_lock
 from wlock.xet.chunking import boundaries
@@ -162,15 +170,8 @@ def test_kill_9_mid_file_on_the_xet_path_leaves_nothing_unverified(hub: Hub,
     blobs = cache() / f"models--{repo_id.replace('/', '--')}" / "blobs"
     # 2 MB/s a response: the large shard takes seconds, long enough to be killed mid-way.
     hub.process.faults(link={"mb_per_s": 2, "listener": "cdn"})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "wlock", "sync", "--engine", "xet", "--endpoint", hub.endpoint],
-        cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and xorb_bytes(hub) < 2_000_000:
-        time.sleep(0.05)
-    assert xorb_bytes(hub) >= 2_000_000, "the download never started"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
+    kill_9_mid_sync(("sync", "--engine", "xet", "--endpoint", hub.endpoint), project,
+                    lambda: xorb_bytes(hub), 2_000_000, "the download")
     assert not (blobs / over.etag).exists()  # nothing unverified is visible
     snapshots = blobs.parent / "snapshots"
     assert not snapshots.exists() or not any(snapshots.iterdir())
