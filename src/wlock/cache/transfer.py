@@ -43,6 +43,7 @@ from wlock.errors import (
 )
 from wlock.hashing import GrowingHash, hash_file, new_digest
 from wlock.hubstatus import hub_error, is_transient, retry_delay
+from wlock.machine import available_memory, usable_cores
 from wlock.models import RepoKind
 from wlock.version import __version__
 from wlock.xet.cas import XetFile, xet_file
@@ -110,27 +111,11 @@ def connection_ceiling() -> int:
     on), and what a quarter of its available memory holds (BYTES_PER_CONNECTION each), up to
     MAX_CONNECTIONS; never under BASE_CONNECTIONS. The server's 429s lower it further
     (Transfer.tune backs off)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        cores = os.cpu_count() or 1
-    ceiling = min(MAX_CONNECTIONS, PER_CORE * cores)
-    available = _available_memory()
+    ceiling = min(MAX_CONNECTIONS, PER_CORE * usable_cores())
+    available = available_memory()
     if available is not None:
         ceiling = min(ceiling, available // 4 // BYTES_PER_CONNECTION)
     return max(BASE_CONNECTIONS, ceiling)
-
-
-def _available_memory() -> int | None:
-    """MemAvailable (Linux), or None where it cannot be read."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def small_ceiling(round_trips: float = 1.0) -> int:
@@ -335,7 +320,6 @@ class Streams:
         self.rates: dict[int, float] = {}  # connections -> the latest file's bytes/s
         self.exploring = 0  # a file trying more is in flight
         self.paused = 0  # files to go before trying more again
-        self.used: list[int] = []  # what each file got, in order
         self._lock = threading.Lock()
 
     def set_level(self, level: int) -> None:
@@ -355,7 +339,6 @@ class Streams:
             if explore:
                 self.exploring += 1
                 level = up
-            self.used.append(level)
             return level, explore
 
     def finished(self, connections: int, size: int, seconds: float, *,
@@ -441,11 +424,10 @@ class Transfer:
         # by the large files in flight; raise it (--connections) for a distant CDN.
         # `fixed`: the user's budget, shared by the large files in flight; else today's
         # BASE_CONNECTIONS until tune() finds the link rewards more, up to `connections`.
-        self._per_file = max(1, (connections if fixed else min(connections, BASE_CONNECTIONS))
-                             // jobs)
+        per_file = max(1, (connections if fixed else min(connections, BASE_CONNECTIONS)) // jobs)
         self._ceiling = connections
         # The connections each large file gets, revisited as files finish (Streams).
-        self.streams = Streams(self._per_file, connections, fixed)
+        self.streams = Streams(per_file, connections, fixed)
         self._large_in_flight = 0
         self._on_bytes = on_bytes or (lambda job, n: None)
         # One TLS context for every connection (TLSContext says why), made on first use.
@@ -553,31 +535,24 @@ class Transfer:
 
         base = max(1, min(self._ceiling, BASE_CONNECTIONS) // max(1, files))
         if known is not None:
-            self._per_file = max(base, self._ceiling // max(1, files)) if known.capped else base
-            self.streams.set_level(self._per_file)
-            return LinkTuning(known.one_stream, known.four_streams, self._per_file, files,
-                              "the link per stream (more connections help)" if known.capped
-                              else "the machine or the whole link (more connections do not "
-                              "help)", measured_ago=known.age, capped=known.capped)
-        try:
-            url = self._resolve(job)
-            one, four = self._one_then_four(url)
-            one, more_help = capped(one, four, lambda: self._probe(url, 1))
-        except (HubError, httpx2.HTTPError, OSError, _Retryable,
-                threading.BrokenBarrierError) as e:
-            status = getattr(getattr(e, "response", None), "status_code", None)
-            self._per_file = max(1, base // 2)
-            self.streams.set_level(self._per_file)
-            return LinkTuning(0.0, 0.0, self._per_file, files,
-                              f"the probe failed ({status or type(e).__name__}): backed off")
-        if more_help:
-            self._per_file = max(base, self._ceiling // max(1, files))
-            limit = "the link per stream (more connections help)"
+            one, four, more_help = known.one_stream, known.four_streams, known.capped
         else:
-            self._per_file = base
-            limit = "the machine or the whole link (more connections do not help)"
-        self.streams.set_level(self._per_file)
-        return LinkTuning(one, four, self._per_file, files, limit, capped=more_help)
+            try:
+                url = self._resolve(job)
+                one, four = self._one_then_four(url)
+                one, more_help = capped(one, four, lambda: self._probe(url, 1))
+            except (HubError, httpx2.HTTPError, OSError, _Retryable,
+                    threading.BrokenBarrierError) as e:
+                status = getattr(getattr(e, "response", None), "status_code", None)
+                self.streams.set_level(max(1, base // 2))
+                return LinkTuning(0.0, 0.0, self.streams.level, files,
+                                  f"the probe failed ({status or type(e).__name__}): backed off")
+        per_file = max(base, self._ceiling // max(1, files)) if more_help else base
+        self.streams.set_level(per_file)
+        limit = ("the link per stream (more connections help)" if more_help else
+                 "the machine or the whole link (more connections do not help)")
+        return LinkTuning(one, four, per_file, files, limit,
+                          measured_ago=None if known is None else known.age, capped=more_help)
 
     def _probe(self, url: str, streams: int) -> float:
         """Bytes per second that `streams` ranges of PROBE bytes at once get from `url`,

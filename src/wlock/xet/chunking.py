@@ -21,6 +21,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from wlock.machine import usable_cores
+
 TARGET_CHUNK = 64 * 1024
 MIN_CHUNK = TARGET_CHUNK // 8
 MAX_CHUNK = TARGET_CHUNK * 2
@@ -132,13 +134,8 @@ PARALLEL_FROM = 16 * 1024 * 1024
 
 
 def _all_candidates(data: bytes | memoryview, start: int) -> Iterator[int]:
-    import os
-
     size = len(data)
-    try:
-        threads = min(8, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        threads = min(8, os.cpu_count() or 1)
+    threads = min(8, usable_cores())
     if size < PARALLEL_FROM or threads < 2:
         yield from candidates(data, start)
         return
