@@ -52,6 +52,13 @@ HF_XET_MODES = {
 }
 
 
+def snapshot_env(home: Path, mode: str = "hf_xet") -> dict[str, str]:
+    """The variables snapshot_download runs with in a bench: no progress bars, `home` as its
+    HF_HOME (where hf_xet keeps its own caches: a fresh one per contender), and those of
+    `mode` (HF_XET_MODES)."""
+    return {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HOME": str(home), **HF_XET_MODES[mode]}
+
+
 def shards_repo(root: Path, shards: int, shard_mb: int, small: int, *,
                 xet: bool = False) -> Path:
     """A store at `root/store` holding model `bench/shards`: `shards` shards of `shard_mb` MiB

@@ -43,6 +43,7 @@ from _common import (
     run,
     shards_repo,
     snapshot_download,
+    snapshot_env,
     timed,
 )
 
@@ -90,15 +91,14 @@ def main() -> None:
                 times: dict[str, list[float]] = {}
                 for _ in range(args.runs):
                     times.setdefault("default", []).append(sync())
-                    for mode, env in HF_XET_MODES.items():
+                    for mode in HF_XET_MODES:
                         # A fresh cache and HF_HOME (hf_xet's own caches live there).
                         shutil.rmtree(root / "hf", ignore_errors=True)
                         hub.reset_stats()
-                        times.setdefault(mode, []).append(timed(lambda env=env: run(
+                        times.setdefault(mode, []).append(timed(lambda mode=mode: run(
                             snapshot_download("bench/shards", root / "hf" / "cache",
                                               hub.endpoint),
-                            env={"HF_HUB_DISABLE_PROGRESS_BARS": "1",
-                                 "HF_HOME": str(root / "hf" / "home"), **env})))
+                            env=snapshot_env(root / "hf" / "home", mode))))
                         # The path each mode names, seen in the emulator's log.
                         paths = [e["path"] for e in hub.stats()["log"]]
                         xorbs = sum(p.startswith("/xorbs/") for p in paths)

@@ -28,6 +28,7 @@ from _common import (
     run,
     shards_repo,
     snapshot_download,
+    snapshot_env,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -87,10 +88,10 @@ def main() -> None:
                         started = time.perf_counter()
                         run([*WLOCK, "check", "--cache-dir", caches[1]], cwd=project)
                         check = time.perf_counter() - started
-                    else:  # each client its own HF_HOME, where hf_xet keeps its caches
+                    else:  # each mode an HF_HOME of its own, where hf_xet keeps its caches
                         seconds = batch([[*snapshot_download("bench/shards", c, hub.endpoint)]
                                          for c in caches], project,
-                                        {**HF_XET_MODES[name], "HF_HOME": str(root / "hf-home")})
+                                        snapshot_env(root / "hf-home" / name, name))
                         check = 0.0
                     results[name] = (seconds, check, served(hub))
 

@@ -51,6 +51,7 @@ from _common import (
     sha256_speed,
     shards_repo,
     snapshot_download,
+    snapshot_env,
     timed,
 )
 
@@ -152,13 +153,12 @@ def main() -> None:
                 for contender in (default, before) if i % 2 == 0 else (before, default):
                     settle()
                     contender()
-                for mode, env in HF_XET_MODES.items():
+                for mode in HF_XET_MODES:
                     settle()
                     cache = root / f"hf-cache-{i}"
                     seconds, peak = measured(
                         snapshot_download("bench/shards", cache, hub.endpoint),
-                        env={"HF_HUB_DISABLE_PROGRESS_BARS": "1",
-                             "HF_HOME": str(root / "hf-home"), **env})
+                        env=snapshot_env(root / "hf-home", mode))
                     times[mode].append(seconds)
                     peaks[mode].append(peak)
                     shutil.rmtree(cache)

@@ -21,7 +21,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import WLOCK, compile_wlock, machine, random_file, run, snapshot_download
+from _common import (
+    WLOCK,
+    compile_wlock,
+    machine,
+    random_file,
+    run,
+    snapshot_download,
+    snapshot_env,
+)
 
 from wlock.hubserver.process import HubProcess
 from wlock.hubserver.store import StoreBuilder
@@ -67,7 +75,7 @@ def main() -> None:
         project.mkdir()
         (project / "weights.toml").write_text('[[model]]\nid = "bench/upgrade"\n')
         with HubProcess(root / "store") as hub:
-            env = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HOME": str(root / "hf" / "home")}
+            env = snapshot_env(root / "hf" / "home")
             hf_cache, cache = root / "hf" / "cache", root / "wlock-cache"
             run(snapshot_download("bench/upgrade", hf_cache, hub.endpoint), env=env)
             run([*WLOCK, "-q", "lock", "--endpoint", hub.endpoint], cwd=project)
