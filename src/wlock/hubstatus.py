@@ -25,11 +25,21 @@ def is_transient(status: int | None) -> bool:
 
 def hub_error(
     status: int | None, code: str | None, *, kind: RepoKind, repo_id: str, endpoint: str,
-    attempts: int, about: str | None = None,
+    attempts: int, about: str | None = None, authenticated: bool = True,
 ) -> HubError:
     """The error for a final answer other than a missing revision or file (those depend on
-    what the caller asked for, and the caller words them)."""
+    what the caller asked for, and the caller words them). `authenticated`: whether the
+    request carried a token (a bare 401 means something else without one)."""
     where = f"{kind} {repo_id}"
+    if status == 401 and code is None and not authenticated:
+        # The live Hub's answer to an anonymous request for a repo that does not exist, is
+        # private, or (for its files) gated: one bare 401 for all three.
+        return RepoNotFoundError(
+            f"{where} was not found on {endpoint}, or is private or gated: the Hub answers "
+            "an anonymous request for any of these 401" + (f" (for {about!r})" if about else ""),
+            repo=repo_id,
+            hint=f"Check the id (its page on the Hub shows whether it exists, is private or is "
+            f"gated); for a private or gated repo, {NEED_TOKEN}.")
     if code == "GatedRepo":
         return GatedRepoError(f"{where} is gated and the request was refused ({status})",
                               repo=repo_id, hint=f"Accept its terms on the Hub, then {NEED_TOKEN}.")

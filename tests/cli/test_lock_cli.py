@@ -213,7 +213,19 @@ def test_invalid_manifest_exits_4_naming_file_line_and_key(hub: Hub, tmp_path: P
 
 def test_hub_errors_exit_5_with_the_repo_and_what_to_do(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path, '[[model]]\nid = "acme/nope"\n')
+    # Anonymous: the live Hub's bare 401 (no X-Error-Code), the same for a repo that does
+    # not exist, a private one and a gated one; the message says so, not "your token".
     missing = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert missing.code == 5
+    assert missing.stderr == (
+        f"error: model acme/nope was not found on {hub.endpoint}, or is private or gated: "
+        "the Hub answers an anonymous request for any of these 401\n"
+        "hint: Check the id (its page on the Hub shows whether it exists, is private or is "
+        "gated); for a private or gated repo, set HF_TOKEN (or pass --token) with a token "
+        "that has access.\n"
+    )
+    # With a token the Hub says RepoNotFound (404), and so do we.
+    missing = run_wlock("lock", "--endpoint", hub.endpoint, "--token", "hf_some", cwd=project)
     assert missing.code == 5
     assert missing.stderr == (
         f"error: model acme/nope was not found on {hub.endpoint}\n"
@@ -265,13 +277,15 @@ def test_rate_limits_and_server_errors_are_retried(hub: Hub, tmp_path: Path) -> 
                                       '[[dataset]]\nid = "acme/tiny-squad"\n')
     result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
     assert result.code == 0, result.stderr
-    # Repo info, retried (paths-info, asked after it for the LFS files' Xet hashes, aside).
-    paths = [r["path"] for r in hub.process.stats()["log"] if "/paths-info/" not in r["path"]]
+    # Repo info, retried (the tree listing, asked after it for every file, aside).
+    paths = [r["path"] for r in hub.process.stats()["log"] if "/tree/" not in r["path"]]
     assert sum("/api/models/acme/tiny-bert" in p for p in paths) == 3
     assert sum("/api/datasets/acme/tiny-squad" in p for p in paths) == 2
 
 
 def test_persistent_rate_limit_gives_up_with_exit_5(hub: Hub, tmp_path: Path) -> None:
+    """A 429 that does not state a spent budget (the emulator's headers say requests are
+    left) is retried a bounded number of times, as any transient failure."""
     hub.process.faults({"action": "status", "match": "/api/models/", "status": 429,
                         "retry_after": 0})
     project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n')
@@ -467,7 +481,7 @@ def test_lock_reports_every_bad_entry_at_once(hub: Hub, tmp_path: Path) -> None:
         assert words in done.stderr, words
     # What to do about each, once each, under one hint.
     hint = done.stderr[done.stderr.index("\nhint: "):]
-    for words in ("Check the id in weights.toml", "Check `ref` in weights.toml",
+    for words in ("Check the id (its page", "Check `ref` in weights.toml",
                   "Move it to a [[dataset]] table"):
         assert hint.count(words) == 1, (words, hint)
 

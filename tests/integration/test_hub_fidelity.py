@@ -147,7 +147,13 @@ def test_renamed_repo_redirects_like_the_recorded_307(hub: Hub) -> None:
 def test_errors_raise_the_clients_own_classes(hub: Hub, tmp_path: Path) -> None:
     api = HfApi(endpoint=hub.endpoint)
     with pytest.raises(hf_errors.RepositoryNotFoundError):
-        api.model_info("acme/does-not-exist")
+        api.model_info("acme/does-not-exist", token="hf_some")
+    # Anonymous: the live Hub's bare 401, which huggingface_hub reads as "not found" on
+    # https only (REPO_API_REGEX); here it stays an HTTP error with no X-Error-Code.
+    with pytest.raises(hf_errors.HfHubHTTPError) as bare:
+        HfApi(endpoint=hub.endpoint, token=False).model_info("acme/does-not-exist")
+    assert bare.value.response.status_code == 401
+    assert "X-Error-Code" not in bare.value.response.headers
     with pytest.raises(hf_errors.RevisionNotFoundError):
         api.model_info("acme/tiny-bert", revision="no-such-branch")
     # RemoteEntryNotFoundError since huggingface_hub 1.0; EntryNotFoundError in 0.3x.

@@ -165,9 +165,10 @@ def test_a_cached_blob_changed_on_disk_is_not_copied(hub: Hub, tmp_path: Path) -
 
 def test_the_lock_records_xet_hashes_where_the_hub_lists_them(hub: Hub, tmp_path: Path
                                                              ) -> None:
-    """From paths-info (repo info's siblings carry none); an endpoint without that route
-    gives a lock without them; one that keeps failing fails the lock, naming the repo,
-    rather than writing a lock that depends on the moment."""
+    """From the tree listing (repo info's siblings carry none); an endpoint without that
+    route gives a lock without them (from siblings, complete beyond doubt at 2 files); one
+    that keeps failing fails the lock, naming the repo, rather than writing a lock that
+    depends on the moment."""
     data = random_weights(3_000_000)
     repo_id = hub.unique_id("xet-lock")
     StoreBuilder(hub.builder.root, xet=True).commit("model", repo_id, {
@@ -181,10 +182,10 @@ def test_the_lock_records_xet_hashes_where_the_hub_lists_them(hub: Hub, tmp_path
     text = (project / "weights.lock").read_text()
     assert f'xet = "{info.hash}"' in text
 
-    hub.process.faults({"match": "/paths-info/", "action": "status", "status": 404})
+    hub.process.faults({"match": "/tree/", "action": "status", "status": 404})
     assert run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project).code == 0
     assert all(f.xet is None for f in read_lock(project / "weights.lock").repos[0].files)
-    hub.process.faults({"match": "/paths-info/", "action": "status", "status": 503})
+    hub.process.faults({"match": "/tree/", "action": "status", "status": 503})
     failed = run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project)
     assert failed.code == 5, failed.stderr
     assert repo_id in failed.stderr

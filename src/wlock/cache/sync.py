@@ -55,6 +55,7 @@ from wlock.units import human_size
 
 if TYPE_CHECKING:
     from wlock.cache.sources import BlobSource
+    from wlock.ratelimit import RateBudget
 
 # Asked about each blob's verified bytes (a temp file) before they are published: raises to
 # refuse them (the policy's gate, wlock.policy.gate).
@@ -246,8 +247,11 @@ def execute_plan(
     on_done: Callable[[str, int], None] | None = None,
     admit: Admit | None = None,
     engine: str = "auto",
+    budget: RateBudget | None = None,
 ) -> SyncResult:
     """Fetch, verify, publish, link and ref everything `plan` lists as missing.
+
+    `budget`: the Hub's rate limits, shared by every request (wlock.ratelimit).
 
     `engine` (--engine) chooses what fetches large files (wlock.cache.transfer.Transfer);
     the result's `engines` says which fetched each, and why hf_xet where it was not asked.
@@ -319,7 +323,7 @@ def execute_plan(
                 downloads, cache_dir, endpoint, token, jobs, connections, timeout, wrong_blobs,
                 builds, _Sources(sources, offline, restored, refused),
                 on_start, on_bytes, on_done, tuning, upgrades, admit, engine, engines,
-                streams,
+                streams, budget,
             )
         try:
             for r in work:
@@ -433,6 +437,7 @@ def _download_all(
     engine: str = "auto",
     engines: dict[str, tuple[str, str]] | None = None,
     streams: dict[str, int] | None = None,
+    budget: RateBudget | None = None,
 ) -> tuple[int, int, list[WlockError], set[tuple[str, str, str]], tuple[int, int]]:
     """Fetch every blob; returns the bytes fetched (from any source), the files the Hub
     served, the failures, the blobs that failed, and the files (and bytes) another sync
@@ -590,7 +595,7 @@ def _download_all(
     with Transfer(endpoint, token, jobs=jobs, connections=connections or connection_ceiling(),
                   fixed=connections is not None, timeout=timeout,
                   small=small_ceiling(round_trips), on_bytes=report,
-                  engine=engine) as transfer, \
+                  engine=engine, budget=budget) as transfer, \
             ThreadPoolExecutor(max_workers=jobs) as large, \
             ThreadPoolExecutor(max_workers=transfer.small_gate.ceiling) as small:
         upgrader = Upgrader(transfer, report)

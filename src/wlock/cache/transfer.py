@@ -45,6 +45,7 @@ from wlock.hashing import GrowingHash, hash_file, new_digest
 from wlock.hubstatus import hub_error, is_transient, retry_delay
 from wlock.machine import available_memory, usable_cores
 from wlock.models import RepoKind
+from wlock.ratelimit import RateBudget
 from wlock.version import __version__
 from wlock.xet.cas import XetFile, xet_file
 
@@ -398,6 +399,7 @@ class Transfer:
         fixed: bool = False, timeout: float = DEFAULT_TIMEOUT, small: int | None = None,
         on_bytes: Callable[[FetchJob, int], None] | None = None,
         wait: Callable[[float], object] | None = None, engine: str = "auto",
+        budget: RateBudget | None = None,
     ) -> None:
         """`wait(seconds)` sleeps between attempts (default: a sleep that abort() cuts
         short); tests pass their own to see what was waited. `engine` (--engine): what
@@ -447,6 +449,10 @@ class Transfer:
         self._workers = _WorkerPool(jobs)
         self._aborted = threading.Event()
         self._wait = wait or self._aborted.wait
+        # The Hub's rate limits (resolvers for the files, api for Xet tokens), shared by
+        # every thread: a 429 holds them all until the reset it states, and costs no
+        # attempt; the waits add up against --rate-limit-wait (wlock.ratelimit).
+        self.budget = budget or RateBudget(sleep=self._wait, authenticated=token is not None)
 
     def warm(self, large_files: int) -> None:
         """Start the worker processes `large_files` downloads will run on, in the
@@ -670,7 +676,9 @@ class Transfer:
         HubError subclasses when the Hub refuses.
         """
         stalls = 0
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        attempt = 0
+        while attempt < MAX_ATTEMPTS:
+            attempt += 1
             self._check_aborted()
             if self._down is not None:
                 raise self._down_error(job)
@@ -689,6 +697,9 @@ class Transfer:
             except _Retryable as e:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(job.temp)
+                if e.reason == "rate":  # the budget waits before the next request
+                    attempt -= 1
+                    continue
                 # A trickle is tried as a stall is, and hf_xet's failures (it retried).
                 stalls += e.reason in ("stall", "slow", "engine")
                 if attempt == MAX_ATTEMPTS or stalls >= STALL_ATTEMPTS:
@@ -796,6 +807,12 @@ class Transfer:
             return "", 0
         return hash_file(job.temp, job.hash_kind), size
 
+    def _before(self, url: str, job: FetchJob) -> None:
+        """Hold a request to the endpoint while its rate budget is spent (no budget is
+        kept for other hosts: the CDN states none)."""
+        if origin_of(url) == self._origin:
+            self.budget.before(url, job.label)
+
     def _down_error(self, job: FetchJob) -> HubUnreachableError:
         return HubUnreachableError(f"{job.label}: not fetched: {self._down}",
                                    repo=job.repo_id, hint=_NETWORK_HINT, cause=self._down,
@@ -808,7 +825,15 @@ class Transfer:
 
     def _next_hop(self, url: str, response: Reply, job: FetchJob) -> str | None:
         """Where a redirect leads, or None when `response` is the answer. Raises on errors,
-        and for a redirect a client cannot follow (HubError, exit 5, naming the hop)."""
+        and for a redirect a client cannot follow (HubError, exit 5, naming the hop); a
+        429 the rate budget will wait out is a _Retryable that costs no attempt."""
+        if origin_of(url) == self._origin and self.budget.after(
+                url, response.status_code, response.headers, job.label) is not None:
+            _drain(response)
+            refused = _classify(response, job, self.endpoint, url, self._token is not None)
+            raise _Retryable(refused.final if isinstance(refused, _Retryable) else
+                             refused if isinstance(refused, HubError) else
+                             HubError(str(refused), repo=job.repo_id), reason="rate")
         if response.status_code in (301, 302, 303, 307, 308):
             _drain(response)  # a short body: read, the connection is reused
             location = response.headers.get("Location")
@@ -822,7 +847,7 @@ class Transfer:
             return target
         if response.status_code >= 400:
             _drain(response)
-            raise _classify(response, job, self.endpoint)
+            raise _classify(response, job, self.endpoint, url, self._token is not None)
         return None
 
     def _resolve(self, job: FetchJob) -> str:
@@ -837,6 +862,7 @@ class Transfer:
         url = self._resolve_url(job)
         xet = None
         for _ in range(MAX_REDIRECTS):
+            self._before(url, job)
             try:
                 response = self._http.request("HEAD", url, headers=self._headers_for(url))
             except httpx2.TransportError as e:
@@ -863,6 +889,7 @@ class Transfer:
         deadline = time.monotonic() + self._timeout + job.size / MIN_RATE
         try:
             for _ in range(MAX_REDIRECTS):
+                self._before(url, job)
                 response = self._curl.get(url, self._headers_for(url), body.open, deadline)
                 if url == shortcut and 400 <= response.status_code < 500 \
                         and response.status_code != 429:
@@ -1231,8 +1258,20 @@ def _hop(url: str, location: str | None) -> tuple[str, str | None]:
     return target, None
 
 
-def _classify(response: Reply, job: FetchJob, endpoint: str) -> Exception:
+def _classify(response: Reply, job: FetchJob, endpoint: str, url: str,
+              authenticated: bool) -> Exception:
+    """The error `response` (a final or transient failure from `url`) stands for, naming
+    the file and, for a host other than the endpoint (the CDN), that host."""
     status, code = response.status_code, response.headers.get("X-Error-Code")
+    host = origin_of(url)[1]
+    if origin_of(url) != origin_of(endpoint):
+        error: HubError = HubError(
+            f"{job.label}: {host} (where {endpoint} sent the download) answered {status}",
+            repo=job.repo_id, subject=job.label,
+            hint="The file's storage host refused it: retry later; if it persists, the "
+            "signed link may have expired or a proxy may be in the way.")
+        return _Retryable(error, reason="status", status=status) if is_transient(status) \
+            else error
     if code in ("RevisionNotFound", "EntryNotFound"):
         what = "commit" if code == "RevisionNotFound" else f"file {job.path!r} at commit"
         return RevisionNotFoundError(
@@ -1242,7 +1281,7 @@ def _classify(response: Reply, job: FetchJob, endpoint: str) -> Exception:
             f"`wlock lock --upgrade-package {job.repo_id}`.",
         )
     error = hub_error(status, code, kind=job.kind, repo_id=job.repo_id, endpoint=endpoint,
-                      attempts=MAX_ATTEMPTS, about=job.path)
+                      attempts=MAX_ATTEMPTS, about=job.path, authenticated=authenticated)
     error.subject = job.label
     if is_transient(status):
         retry_after = response.headers.get("Retry-After")

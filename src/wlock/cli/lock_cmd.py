@@ -18,6 +18,10 @@ from wlock.units import count, human_size
 @click.option("--rescan", is_flag=True,
               help="With --check: judge every locked file again from the Hub's bytes (HTTP "
               "ranges, never the tensors), against the policy and the lock's records.")
+@click.option("--remote", is_flag=True,
+              help="With --check: compare every file line of weights.lock with what the Hub "
+              "attests at its pinned commit (files added, removed, or with another size or "
+              "hash: exit 3). Online; for CI.")
 @click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
 @click.option("--upgrade", "-U", is_flag=True, help="Move every pin to its ref's current commit.")
 @click.option("--upgrade-package", "-P", multiple=True, metavar="ID",
@@ -38,8 +42,9 @@ from wlock.units import count, human_size
 @offline_option
 @common_options
 def lock(
-    check: bool, rescan: bool, dry_run: bool, upgrade: bool, upgrade_package: tuple[str, ...],
-    jobs: int, timeout: float, from_record: Path | None, run_id: str | None, output: Path | None,
+    check: bool, rescan: bool, remote: bool, dry_run: bool, upgrade: bool,
+    upgrade_package: tuple[str, ...], jobs: int, timeout: float, from_record: Path | None,
+    run_id: str | None, output: Path | None,
     settings: Settings,
 ) -> None:
     """Pin every entry of weights.toml to a commit, and every file to its size and hash.
@@ -52,6 +57,7 @@ def lock(
     Examples:
       wlock lock                          # pin new and changed entries
       wlock lock --check                  # in CI: is weights.lock up to date?
+      wlock lock --check --remote         # ... and is every file line the Hub's?
       wlock lock --check --rescan         # ... and are its records the Hub's bytes?
       wlock lock --upgrade-package acme/tiny-bert --dry-run
       wlock lock --upgrade                # move every pin to its ref's newest commit
@@ -70,6 +76,9 @@ def lock(
     if rescan and not check:
         raise click.UsageError("--rescan needs --check (a plain `wlock lock` judges what it "
                                "resolves anew)")
+    if remote and not check:
+        raise click.UsageError("--remote needs --check (a plain `wlock lock` lists every "
+                               "file it writes from the Hub)")
     from wlock.policy import enforcer, read_policy
 
     project = settings.project()
@@ -80,7 +89,10 @@ def lock(
         timeout=timeout, offline=settings.offline,
         accept=enforcer(project / "weights.toml", "weights.lock was left as it was."),
         scan_limits=read_policy(project / "weights.toml").limits,
+        budget=settings.rate_budget(),
     )
+    if remote:
+        _remote(result.lock, project, jobs, timeout, settings)
     if rescan:
         _rescan(result.lock, project, jobs, timeout, settings)
     elapsed = time.monotonic() - started
@@ -122,6 +134,30 @@ def lock(
         info(f"{verb} weights.lock: {repos}, {files}, {size} in {elapsed:.2f}s.")
 
 
+def _remote(lock: object, project: Path, jobs: int, timeout: float, settings: Settings
+            ) -> None:
+    """`--check --remote`: weights.lock's every file line against the Hub, or exit 3 naming
+    each difference."""
+    from wlock.errors import LockStaleError
+    from wlock.lock.manifest import read_manifest
+    from wlock.lock.resolve import verify_remote
+    from wlock.models import Lock
+
+    assert isinstance(lock, Lock)
+    findings = verify_remote(read_manifest(project / "weights.toml"), lock,
+                             endpoint=settings.endpoint, token=settings.token, jobs=jobs,
+                             timeout=timeout, budget=settings.rate_budget())
+    if findings:
+        raise LockStaleError(
+            f"weights.lock disagrees with what {settings.endpoint} attests "
+            f"({count(len(findings), 'difference')}):\n"
+            + "\n".join(f"  {line}" for line in findings),
+            hint="A lock is generated, never edited: restore weights.lock from version "
+            "control, or write the entries again with `wlock lock --upgrade-package ID`.")
+    info(f"weights.lock is the Hub's truth: {count(len(lock.repos), 'repo')}, "
+         f"{count(sum(len(r.files) for r in lock.repos), 'file')} at their pinned commits.")
+
+
 def _download_line(lock: object, settings: Settings, timeout: float) -> str:
     """What `wlock sync` of the new lock would download into this cache: chunk-level
     upgrades planned from the reconstructions (wlock.cache.upgrade), nothing fetched."""
@@ -150,7 +186,8 @@ def _rescan(lock: object, project: Path, jobs: int, timeout: float, settings: Se
     assert isinstance(lock, Lock)
     policy = read_policy(project / "weights.toml")
     now = rescan_lock(lock, endpoint=settings.endpoint, token=settings.token,
-                      scan_limits=policy.limits, jobs=jobs, timeout=timeout)
+                      scan_limits=policy.limits, jobs=jobs, timeout=timeout,
+                      budget=settings.rate_budget())
     if violations := judge_rescan(lock, now, policy):
         raise refusal(violations, policy, "weights.lock was left as it was.")
     info(f"weights.lock's records are the Hub's bytes: "

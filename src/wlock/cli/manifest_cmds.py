@@ -109,6 +109,7 @@ def add(
     if (config or split) and loader is None:
         loader, chosen_by = "datasets", "--config" if config else "--split"
     project = settings.project()
+    budget = settings.rate_budget()  # one for the listing and the lock after it
     path = project / MANIFEST_NAME
     listed = any(e.key == (kind, repo_id) for e in read_manifest(path).entries)
     if variant and not loader and not listed and (no_lock or settings.offline):
@@ -118,7 +119,8 @@ def add(
         from wlock.lock.hub import HubClient
         from wlock.lock.loaders import datasets, detect_loader
 
-        client = HubClient(settings.endpoint, settings.token, timeout=timeout)
+        client = HubClient(settings.endpoint, settings.token, timeout=timeout,
+                           budget=budget)
         try:
             snap = client.snapshot(kind, repo_id, ref or "main")
             if kind == "dataset":
@@ -153,7 +155,7 @@ def add(
             result = lock_project(project, endpoint=settings.endpoint, token=settings.token,
                                   timeout=timeout,
                                   accept=enforcer(path, "weights.lock was left as it was."),
-                                  scan_limits=read_policy(path).limits)
+                                  scan_limits=read_policy(path).limits, budget=budget)
         except WlockError as e:
             write_bytes_atomic(path, before)  # as it was: nothing half-added
             e.hint = ((e.hint + "\n") if e.hint else "") + (

@@ -10,12 +10,16 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from wlock.cache.layout import default_cache_dir
 from wlock.errors import InvalidFileError, LocalError
+from wlock.ratelimit import DEFAULT_MAX_WAIT
+
+if TYPE_CHECKING:
+    from wlock.ratelimit import RateBudget
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -23,6 +27,7 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
 LOCK_ENV = "WLOCK_LOCK"
+RATE_LIMIT_ENV = "WLOCK_RATE_LIMIT_WAIT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +40,16 @@ class Settings:
     lock_flag: Path | None = None
     offline: bool = False
     cache_source: str = "--cache-dir"
+    rate_limit_wait: float = DEFAULT_MAX_WAIT
+
+    def rate_budget(self, on_wait: Callable[[str], None] | None = None) -> RateBudget:
+        """The Hub's rate limits for this command: waits shown by `on_wait` (a progress
+        line), else on stderr (unless -q or --json), summed against --rate-limit-wait."""
+        from wlock.cli.output import info
+        from wlock.ratelimit import RateBudget
+
+        return RateBudget(self.rate_limit_wait, authenticated=self.token is not None,
+                          on_wait=on_wait or (None if self.json else info))
 
     @property
     def cache_dir(self) -> Path:
@@ -94,6 +109,21 @@ class Settings:
         )
 
 
+def _seconds_from_env(name: str, default: float) -> float:
+    """A number of seconds from the environment; a value that is none is a usage error
+    naming the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise click.UsageError(f"{name}={raw!r}: expected a number of seconds (0 or more)")
+    return value
+
+
 def offline_from_env() -> bool:
     """HF_HUB_OFFLINE as huggingface_hub reads it (constants._is_true)."""
     return os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
@@ -122,7 +152,7 @@ def common_options(func: F) -> F:
 
     def build(
         project: Path | None, endpoint: str | None, token: str | None, cache_dir: Path | None,
-        as_json: bool, lock: Path | None, offline: bool,
+        as_json: bool, lock: Path | None, offline: bool, rate_limit_wait: float | None,
     ) -> Settings:
         return Settings(
             project_flag=project,
@@ -133,13 +163,15 @@ def common_options(func: F) -> F:
             json=as_json,
             lock_flag=lock,
             offline=offline or offline_from_env(),
+            rate_limit_wait=rate_limit_wait if rate_limit_wait is not None
+            else _seconds_from_env(RATE_LIMIT_ENV, DEFAULT_MAX_WAIT),
         )
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         kwargs["settings"] = build(
             kwargs.pop("project"), kwargs.pop("endpoint"), kwargs.pop("token"),
             kwargs.pop("cache_dir"), kwargs.pop("as_json"), kwargs.pop("lock", None),
-            kwargs.pop("offline", False),
+            kwargs.pop("offline", False), kwargs.pop("rate_limit_wait"),
         )
         return func(*args, **kwargs)
 
@@ -156,6 +188,9 @@ def common_options(func: F) -> F:
         click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
                      help="HF cache (default: $HF_HUB_CACHE, else $HF_HOME/hub)."),
         click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout."),
+        click.option("--rate-limit-wait", type=click.FloatRange(min=0), metavar="SECONDS",
+                     help="The most to wait in all on the Hub's rate limits before giving up "
+                     f"(default: ${RATE_LIMIT_ENV}, else {DEFAULT_MAX_WAIT:g})."),
     ]
     for decorator in reversed(decorators):
         wrapper = decorator(wrapper)

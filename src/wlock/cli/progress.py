@@ -23,6 +23,7 @@ class Progress(Protocol):
     def start(self, label: str, size: int) -> None: ...
     def advance(self, label: str, n: int) -> None: ...
     def done(self, label: str, size: int) -> None: ...
+    def note(self, message: str) -> None: ...
     def close(self) -> None: ...
 
 
@@ -57,6 +58,9 @@ class _Silent:
     def done(self, label: str, size: int) -> None:
         pass
 
+    def note(self, message: str) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -86,6 +90,10 @@ class _Lines:
     def done(self, label: str, size: int) -> None:
         if size >= BIG_FILE or self._every:
             click.echo(f"  {label} ({human_size(size)})", err=True)
+
+    def note(self, message: str) -> None:
+        """A line about the whole transfer (a wait on the Hub's rate limits)."""
+        click.echo(message, err=True)
 
     def close(self) -> None:
         pass
@@ -135,6 +143,10 @@ class _Bars:
         if self._every:
             self._progress.console.print(f"  {label} ({human_size(size)})", markup=False,
                                          highlight=False)
+
+    def note(self, message: str) -> None:
+        """A line above the bars (a wait on the Hub's rate limits)."""
+        self._progress.console.print(message, markup=False, highlight=False)
 
     def close(self) -> None:
         self._progress.stop()

@@ -176,6 +176,7 @@ def sync(
             sources=sources,
             on_start=progress.start, on_bytes=progress.advance, on_done=progress.done,
             admit=admission(policy), engine=engine,
+            budget=settings.rate_budget(on_wait=progress.note),
         )
     finally:
         progress.close()

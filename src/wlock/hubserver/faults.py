@@ -2,6 +2,12 @@
 
     {"latency_ms": 50,                       # added before every request on both listeners
      "tree_page_size": 100,                  # smaller pages to exercise Link pagination
+     "siblings_cap": 1000,                   # repo info lists at most this many siblings
+     "tree_paging": "ignore_cursor",         # a mirror's broken pager: "ignore_cursor" (the
+                                             # first page again), "foreign_link" (its next
+                                             # page named on another host)
+     "tree_hide": ["data/x.parquet"],        # paths the tree listing leaves out (a stale one)
+     "rate_limits": {"api": {"q": 500, "w": 300}, "resolvers": {"q": 3000, "w": 300}},
      "bridge_limit": 400 * 10**9,            # the bridge answers 400 above this size
      "link": {"mb_per_s": 20, "delay_ms": 20, "reset_every": 0, "listener": "cdn"},
      "rules": [{"match": "/resolve/", "method": "GET", "listener": "hub", "times": 2,
@@ -27,8 +33,10 @@ string (`"query": "^$"`: only requests without one).
 
 from __future__ import annotations
 
+import math
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +111,36 @@ class Link:
         return self._bodies % self.reset_every == 0
 
 
+# The live Hub cuts `siblings` in repo info at 100,000 files (huggingface_hub #3059); under
+# load it cuts earlier (#3565): tests set a lower cap to see both.
+SIBLINGS_CAP = 100_000
+# Budgets the emulator counts when a test sets none: the headers go out on every answer as
+# the Hub's do, with windows large enough that a whole test session never meets them.
+DEFAULT_RATE_LIMITS = {"api": (10**9, 300), "resolvers": (10**9, 300)}
+
+
+class RateWindows:
+    """The Hub's fixed-window budgets, one per kind (`api`, `resolvers`): each request takes
+    one; past `q` in a window of `w` seconds it is refused until the window ends."""
+
+    def __init__(self, limits: dict[str, tuple[int, int]]) -> None:
+        self.limits = limits
+        self._windows: dict[str, tuple[float, int]] = {}  # kind -> (window start, used)
+
+    def take(self, kind: str, now: float) -> tuple[int, int, int, int, bool]:
+        """(requests left, seconds to the reset, q, w, refused) for one more request."""
+        q, w = self.limits.get(kind) or self.limits["api"]
+        start, used = self._windows.get(kind, (now, 0))
+        if now >= start + w:
+            start, used = now, 0
+        refused = used >= q
+        if not refused:
+            used += 1
+        self._windows[kind] = (start, used)
+        reset = max(0, math.ceil(start + w - now))
+        return q - used, reset, q, w, refused
+
+
 class Faults:
     """The fault configuration, shared by all request threads."""
 
@@ -110,6 +148,10 @@ class Faults:
         self._lock = threading.Lock()
         self.latency_ms = 0.0
         self.tree_page_size = 1000
+        self.siblings_cap = SIBLINGS_CAP
+        self.tree_paging: str | None = None
+        self.tree_hide: frozenset[str] = frozenset()
+        self.rates = RateWindows(DEFAULT_RATE_LIMITS)
         # The bridge (the plain-HTTP route to a Xet file: the CDN here) refuses files above
         # this many bytes, as the Hub's answers 400 above ~400 GB (huggingface_hub #4330);
         # the CAS serves them. None: no limit.
@@ -122,6 +164,16 @@ class Faults:
         with self._lock:
             self.latency_ms = float(raw.get("latency_ms", 0))
             self.tree_page_size = int(raw.get("tree_page_size", 1000))
+            self.siblings_cap = int(raw.get("siblings_cap", SIBLINGS_CAP))
+            paging = raw.get("tree_paging")
+            if paging not in (None, "ignore_cursor", "foreign_link"):
+                raise ValueError(f"unknown tree_paging {paging!r}")
+            self.tree_paging = paging
+            self.tree_hide = frozenset(str(p) for p in raw.get("tree_hide", ()))
+            limits = dict(DEFAULT_RATE_LIMITS)
+            for kind, budget in (raw.get("rate_limits") or {}).items():
+                limits[str(kind)] = (int(budget["q"]), int(budget["w"]))
+            self.rates = RateWindows(limits)
             limit = raw.get("bridge_limit")
             self.bridge_limit = None if limit is None else int(limit)
             self._rules = rules
@@ -149,6 +201,10 @@ class Faults:
                     rule.times -= 1
                 return rule
         return None
+
+    def rate_take(self, kind: str) -> tuple[int, int, int, int, bool]:
+        with self._lock:
+            return self.rates.take(kind, time.monotonic())
 
     def injected_files(self, path: str) -> list[str]:
         with self._lock:

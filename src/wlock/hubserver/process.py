@@ -89,13 +89,15 @@ class HubProcess:
 
     def faults(self, *rules: dict[str, Any], latency_ms: float = 0,
                tree_page_size: int = 1000, link: dict[str, Any] | None = None,
-               bridge_limit: int | None = None) -> None:
+               bridge_limit: int | None = None, **more: Any) -> None:
         """Replace the fault configuration (no arguments: no faults). `link` shapes the
         link (wlock.hubserver.faults.Link): {"mb_per_s": 20, "delay_ms": 20}.
-        `bridge_limit`: the bridge refuses files above that many bytes (the CAS does not)."""
+        `bridge_limit`: the bridge refuses files above that many bytes (the CAS does not).
+        `more`: the other settings of wlock.hubserver.faults (siblings_cap, rate_limits,
+        tree_paging, tree_hide)."""
         self._call("POST", "faults", {"rules": list(rules), "latency_ms": latency_ms,
                                       "tree_page_size": tree_page_size, "link": link or {},
-                                      "bridge_limit": bridge_limit})
+                                      "bridge_limit": bridge_limit, **more})
 
     def stats(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "stats")

@@ -220,6 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
 
     _logged: dict[str, Any] | None = None
+    _rate: tuple[str, int, int, int, int] | None = None  # this answer's RateLimit
     raw_requestline: bytes  # read by http.server's handle_one_request
 
     # -- plumbing --------------------------------------------------------------------------
@@ -269,6 +270,22 @@ class _Handler(BaseHTTPRequestHandler):
         if self._logged is not None:
             self._logged["status"] = code
         super().send_response(code, message)
+        if self._rate is not None:
+            kind, left, reset, quota, window = self._rate
+            self.send_header("RateLimit", f'"{kind}";r={left};t={reset}')
+            self.send_header("RateLimit-Policy", f'"fixed window";"{kind}";q={quota};w={window}')
+
+    def _rate_limit(self, path: str) -> None:
+        """Count this request against its budget, as the Hub does: its answer carries what
+        is left (`RateLimit`, `RateLimit-Policy`), and past the quota it is a 429 with
+        `r=0` and the seconds to the reset in `t=`, without Retry-After."""
+        kind = "resolvers" if "/resolve/" in path or path.startswith("/api/resolve-cache/") \
+            else "api"
+        left, reset, quota, window, refused = self.server.app.faults.rate_take(kind)
+        self._rate = (kind, left, reset, quota, window)
+        if refused:
+            raise _HttpError(429, None, "You have exceeded our rate limit of requests "
+                             f"({quota} per {window} s for {kind}). Please retry later.")
 
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.app.verbose:
@@ -297,6 +314,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         body = self._body() if method == "POST" else b""
         self._logged = None
+        self._rate = None
         try:
             if listener == "hub" and url.path.startswith("/_emulator/") and app.emulator:
                 self._control(method, url.path, body)
@@ -306,8 +324,12 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _HttpError(401, None, "Invalid credentials in Authorization header")
             self._logged = app.stats.record(
                 listener, method, self.path, "Authorization" in self.headers)
+            if listener == "hub":
+                self._rate_limit(url.path)
         except _HttpError as e:
             self._send_error(e)
+            if self._logged is not None:
+                app.stats.done(self._logged)
             return
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
@@ -650,16 +672,22 @@ class _Handler(BaseHTTPRequestHandler):
             if target and rename_from is not None:
                 location = self.path.replace(quote(repo_id), quote(target), 1)
                 raise _Redirect(307, location)
-            raise _HttpError(
-                404, "RepoNotFound",
-                "Repository not found. If the repo is private, make sure you are authenticated.",
-            )
+            raise self._not_found()
         if repo.private and self._token() not in repo.granted:
-            raise _HttpError(
-                404, "RepoNotFound",
-                "Repository not found. If the repo is private, make sure you are authenticated.",
-            )
+            raise self._not_found()
         return repo
+
+    def _not_found(self) -> _HttpError:
+        """A repo that is missing, or private to others. As the live Hub answers: to an
+        anonymous request a bare 401 (no X-Error-Code; the same for a repo that does not
+        exist and one that is private), to one with a token 404 RepoNotFound
+        (hub-recordings/transcribed_errors_and_ratelimit.json). `wlock serve` names it
+        always: huggingface_hub reads a bare 401 as "not found" on https only."""
+        if self._token() is None and self.server.app.emulator:
+            return _HttpError(401, None, "Invalid username or password.")
+        return _HttpError(
+            404, "RepoNotFound",
+            "Repository not found. If the repo is private, make sure you are authenticated.")
 
     def _check_gate(self, repo: Repo) -> None:
         if not repo.gated:
@@ -694,14 +722,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._redirect(r.status, r.location, {})
             return
         verb = rest[0] if rest else None
-        if verb is None and method == "GET":
+        read = method in ("GET", "HEAD")  # HEAD: the same answer without its body
+        if verb is None and read:
             self._info(repo, self._commit(repo, "main"), query)
-        elif verb == "revision" and len(rest) >= 2 and method == "GET":
+        elif verb == "revision" and len(rest) >= 2 and read:
             # A revision may hold a slash (refs/pr/1); the client sends it quoted.
             self._info(repo, self._commit(repo, "/".join(rest[1:])), query)
-        elif verb == "tree" and len(rest) >= 2 and method == "GET":
+        elif verb == "tree" and len(rest) >= 2 and read:
             self._tree(repo, self._commit(repo, rest[1]), "/".join(rest[2:]), query)
-        elif verb == "refs" and method == "GET":
+        elif verb == "refs" and read:
             self._refs(repo)
         elif verb == "paths-info" and len(rest) >= 2 and method == "POST":
             self._paths_info(repo, self._commit(repo, rest[1]), body)
@@ -730,7 +759,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _info(self, repo: Repo, commit: Commit, query: dict[str, list[str]]) -> None:
         blobs = query.get("blobs", ["false"])[0].lower() == "true"
         siblings = []
-        for path, f in sorted(self._files(repo, commit).items()):
+        # Cut as the live Hub cuts it (Faults.siblings_cap): the tree listing has the rest.
+        listed = sorted(self._files(repo, commit).items())[:self.server.app.faults.siblings_cap]
+        for path, f in listed:
             sibling: dict[str, Any] = {"rfilename": path}
             if blobs:
                 sibling["blobId"] = f.blob_id
@@ -826,17 +857,29 @@ class _Handler(BaseHTTPRequestHandler):
         def wanted(path: str) -> bool:
             return path.startswith(prefix) and (recursive or "/" not in path[len(prefix):])
 
+        faults = self.server.app.faults
         entries = sorted(
-            [(p, True) for p in dirs if wanted(p)] + [(p, False) for p in files if wanted(p)]
+            [(p, True) for p in dirs if wanted(p)]
+            + [(p, False) for p in files if wanted(p) and p not in faults.tree_hide]
         )
-        page_size = self.server.app.faults.tree_page_size
-        offset = int(query.get("cursor", ["0"])[0] or 0)
+        # The live Hub: 1,000 entries a page, 50 with expand (transcribed_tree_pagination_link);
+        # `limit` honoured below that.
+        page_size = min(faults.tree_page_size, 50 if expand else 1000)
+        if (limit := query.get("limit", [""])[0]).isdigit() and int(limit) > 0:
+            page_size = min(page_size, int(limit))
+        cursor = query.get("cursor", [""])[0]
+        offset = _cursor_offset(cursor) if faults.tree_paging != "ignore_cursor" else 0
         page = entries[offset : offset + page_size]
         headers = {}
         if offset + page_size < len(entries):
             params = {k: v[0] for k, v in query.items()}
-            params["cursor"] = str(offset + page_size)
+            # Opaque, as the Hub's (base64 of JSON naming where the next page starts).
+            params["cursor"] = base64.urlsafe_b64encode(json.dumps(
+                {"file_name": entries[offset + page_size][0], "offset": offset + page_size}
+            ).encode()).decode()
             host = self.headers.get("Host", "127.0.0.1")
+            if faults.tree_paging == "foreign_link":
+                host = "upstream.invalid"
             url = f"http://{host}{urlsplit(self.path).path}?{urlencode(params)}"
             headers["Link"] = f'<{url}>; rel="next"'
         self._send_json(
@@ -909,8 +952,12 @@ class _Handler(BaseHTTPRequestHandler):
             headers["X-Linked-Size"] = str(f.size)
             if f.xet_hash:
                 headers["X-Xet-Hash"] = f.xet_hash
+                # Both rels as the live Hub sends them (transcribed_resolve_gpt2_model_
+                # safetensors_302_xet.json): the token route, and the CAS's reconstruction.
                 headers["Link"] = (f"<{self.server.app.endpoint}/api/{kind}s/{repo.id}/"
-                                   f'xet-read-token/{commit.sha}>; rel="xet-auth"')
+                                   f'xet-read-token/{commit.sha}>; rel="xet-auth", '
+                                   f"<{cdn}/v1/reconstructions/{f.xet_hash}>; "
+                                   'rel="xet-reconstruction-info"')
             self._redirect(302, location, headers)
             return
         prefix = "datasets/" if kind == "dataset" else "models/"
@@ -1061,6 +1108,16 @@ class _Handler(BaseHTTPRequestHandler):
         expected = self.server.app.signature(sha256, expires)
         if expires < time.time() or not hmac.compare_digest(signature, expected):
             raise _HttpError(403, None, "AccessDenied")
+
+
+def _cursor_offset(cursor: str) -> int:
+    """Where the page a tree listing's `cursor` names starts (0 without one)."""
+    if not cursor:
+        return 0
+    try:
+        return int(json.loads(base64.urlsafe_b64decode(cursor.encode()))["offset"])
+    except (ValueError, KeyError, TypeError):
+        raise _HttpError(400, None, f"Invalid cursor: {cursor[:40]}") from None
 
 
 class _Redirect(Exception):

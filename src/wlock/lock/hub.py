@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from wlock.errors import (
     HubError,
@@ -27,6 +27,7 @@ from wlock.hubstatus import hub_error, is_transient, retry_delay
 from wlock.lock.lockfile import is_commit
 from wlock.lock.names import file_path_problem, repo_id_problem
 from wlock.models import LockedFile, PickleScan, RepoKind
+from wlock.ratelimit import RateBudget
 from wlock.version import __version__
 
 if TYPE_CHECKING:
@@ -42,8 +43,9 @@ MAX_TRANSPORT_ATTEMPTS = 4
 # answered will not answer the third time either. So `lock` against a hung endpoint ends
 # within about 2 x timeout.
 MAX_TIMEOUT_ATTEMPTS = 2
-# Paths asked of paths-info in one request (huggingface_hub's own uploads ask 1,000 a time).
-PATHS_PER_REQUEST = 1000
+# Repo info's `siblings` are trusted to be whole only below this many: huggingface_hub's
+# snapshot_download lists the paged tree for any repo past 1,000 files (PR #3565).
+SIBLINGS_TRUSTED = 1000
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 DEFAULT_TIMEOUT = 30.0
 
@@ -78,7 +80,10 @@ class HubClient:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         sleep: Callable[[float], None] = time.sleep,
+        budget: RateBudget | None = None,
     ) -> None:
+        """`budget`: the Hub's rate limits as it states them, shared by every request of
+        the command (a default one, with the default bound on waiting, when None)."""
         from huggingface_hub import HfApi
 
         self.endpoint = endpoint.rstrip("/")
@@ -89,6 +94,7 @@ class HubClient:
         self._api: HfApi = HfApi(endpoint=self.endpoint, token=token)
         self._token = token  # for the range reads of pickles; None: huggingface_hub's own
         self._sleep = sleep
+        self.budget = budget or RateBudget(sleep=sleep, authenticated=self._authenticated())
         self._lock = threading.Lock()
         self._ranges: Any = None  # the httpx client of the range reads, made on first use
 
@@ -110,25 +116,14 @@ class HubClient:
             raise HubError(
                 f"{kind} {repo_id}@{ref}: the Hub answered without a commit id", repo=repo_id
             )
-        siblings = getattr(info, "siblings", None)
-        if siblings is not None:
-            files = files_from_siblings(repo_id, siblings)
-        else:
-            # Some answers omit siblings; the paginated tree listing always has them.
-            entries = self._with_retries(
-                kind, repo_id, ref,
-                lambda: list(self._api.list_repo_tree(
-                    repo_id, revision=sha, repo_type=kind, recursive=True
-                )),
-            )
-            files = files_from_tree(repo_id, entries)
-        files = self._with_xet(kind, repo_id, sha, files)
+        hub_id = str(getattr(info, "id", None) or repo_id)
+        files = self._files(kind, hub_id, sha, getattr(info, "siblings", None))
         library = getattr(info, "library_name", None)
         card = _card(info)
         license_id = card.get("license")
         base = card.get("base_model")
         return RemoteSnapshot(
-            kind=kind, hub_id=str(getattr(info, "id", repo_id)),
+            kind=kind, hub_id=hub_id,
             revision=sha, files=files, library_name=library if isinstance(library, str) else None,
             # `license: mit` or a list (`license: [mit, apache-2.0]`): each is recorded.
             licenses=tuple(x for x in ([license_id] if isinstance(license_id, str)
@@ -142,72 +137,158 @@ class HubClient:
                               if isinstance(b, str) and repo_id_problem(b) is None),
         )
 
-    def _with_xet(self, kind: RepoKind, repo_id: str, sha: str,
-                  files: tuple[LockedFile, ...]) -> tuple[LockedFile, ...]:
-        """`files` with the Xet hash the Hub lists for each LFS file (`xetHash` in
-        paths-info; the siblings of repo info carry none). An endpoint that answers no
-        paths-info at all (a plain mirror, `wlock serve`) gives none; one that fails is
-        retried, then an error: the lock never depends on a moment's failure."""
-        lfs = [f.path for f in files if f.sha256 is not None]
-        if not lfs:
-            return files
-        found: dict[str, str] = {}
-        for start in range(0, len(lfs), PATHS_PER_REQUEST):
-            batch = lfs[start:start + PATHS_PER_REQUEST]
-            answer = self._paths_info(kind, repo_id, sha, batch)
-            if answer is None:
-                return files
-            wanted = {f.path: f.sha256 for f in files if f.sha256 is not None}
-            for entry in answer:
-                if not isinstance(entry, dict):
-                    continue
-                path, xet, lfs_info = entry.get("path"), entry.get("xetHash"), entry.get("lfs")
-                oid = lfs_info.get("oid") if isinstance(lfs_info, dict) else None
-                # Only for a file asked for, and only when the listing names the same
-                # content (its sha256) as the file locked.
-                if isinstance(path, str) and path in wanted and oid == wanted[path] and \
-                        isinstance(xet, str) and _HEX64.fullmatch(xet):
-                    found[path] = xet
-        return tuple(LockedFile(f.path, f.size, f.sha256, f.git_sha1, found.get(f.path))
-                     if f.path in found else f for f in files)
+    def _files(self, kind: RepoKind, repo_id: str, sha: str, siblings: Any
+               ) -> tuple[LockedFile, ...]:
+        """Every file of the commit, from the paged tree listing, checked against repo
+        info's `siblings`.
 
-    def _paths_info(self, kind: RepoKind, repo_id: str, sha: str,
-                    paths: list[str]) -> list[Any] | None:
-        """POST paths-info, as huggingface_hub's get_paths_info sends it (form fields), read
-        as JSON; None where the endpoint has no such route."""
-        import httpx2
+        `siblings` alone cannot be trusted to be whole: the live Hub cuts it at 100,000 files,
+        and earlier "when server-side caching issues happen" (huggingface_hub #3059, PR
+        #3565), with nothing in the answer to say so; a mirror may list it without sizes and
+        hashes. The tree listing pages to the end and carries sizes, hashes and Xet hashes,
+        for the cost of the paths-info request it replaces. Every sibling must be in it with
+        the same size and hash, or the listings disagree and no lock is written (exit 5).
+        An endpoint without the tree route is trusted on `siblings` only while they are
+        complete beyond doubt: fewer than SIBLINGS_TRUSTED, each with its hash.
+        """
+        listed = self._tree(kind, repo_id, sha)
+        named = [] if siblings is None else list(siblings)
+        if listed is None:
+            if siblings is None or len(named) >= SIBLINGS_TRUSTED:
+                raise HubError(
+                    f"{kind} {repo_id}@{sha[:7]}: {self.endpoint} serves no tree listing, "
+                    + ("and repo info lists no files" if siblings is None else
+                       f"and repo info lists {len(named)} files, where the Hub cuts its list "
+                       "(at 100,000 files, or earlier under load)")
+                    + ": the lock would not be known to be complete", repo=repo_id,
+                    hint="Lock through an endpoint that serves "
+                    "/api/{models|datasets}/<id>/tree/<commit> (the Hub itself does).")
+            return files_from_siblings(repo_id, named)
+        by_path = {f.path: f for f in listed}
+        for s in named:
+            path = getattr(s, "rfilename", None)
+            mine = by_path.get(path) if isinstance(path, str) else None
+            lfs, blob, size = getattr(s, "lfs", None), getattr(s, "blob_id", None), \
+                getattr(s, "size", None)
+            theirs = (lfs.sha256, int(lfs.size)) if lfs is not None else \
+                (blob, int(size)) if blob is not None and size is not None else None
+            if mine is None or (theirs is not None and theirs != (mine.etag, mine.size)):
+                what = "does not list it" if mine is None else (
+                    f"lists it as {mine.size} bytes, {mine.etag}, where repo info says "
+                    f"{theirs[1]} bytes, {theirs[0]}" if theirs else "")
+                raise HubError(
+                    f"{kind} {repo_id}@{sha[:7]}: the Hub's two listings of the commit "
+                    f"disagree: repo info lists {path!r}, the tree listing {what}",
+                    repo=repo_id, hint="A listing was cut short or served from a stale "
+                    "cache (a mirror's, or the Hub's under load): retry later, or lock "
+                    "through another endpoint.")
+        return listed
+
+    def _tree(self, kind: RepoKind, repo_id: str, sha: str) -> tuple[LockedFile, ...] | None:
+        """The recursive tree listing at `sha`, every page (the `Link` header's cursor, as
+        huggingface_hub's list_repo_tree follows it), 1,000 entries a page; None when the
+        endpoint has no such route. A pager that goes wrong (a next page on another host,
+        a page listed twice: a mirror that drops the cursor) is refused, never looped on.
+        Raises a HubError subclass (exit 5) naming the repo."""
+        from urllib.parse import urljoin
+
+        from huggingface_hub.hf_api import RepoFile
 
         prefix = "datasets" if kind == "dataset" else "models"
-        url = f"{self.endpoint}/api/{prefix}/{repo_id}/paths-info/{sha}"
-        client = self._range_client()
-        for attempt in range(1, MAX_TRANSPORT_ATTEMPTS + 1):
-            wait: float = retry_delay(attempt, None)
+        url: str | None = (f"{self.endpoint}/api/{prefix}/{repo_id}/tree/{sha}"
+                           "?recursive=true&expand=false")
+        origin = urlsplit(self.endpoint)[:2]
+        entries: list[Any] = []
+        seen: set[str] = set()
+        pages = 0
+        while url is not None:
+            response = self._get(url, kind, repo_id, f"{kind} {repo_id}: the file listing")
+            pages += 1
+            if response.status_code in (404, 405, 501) and pages == 1 and \
+                    response.headers.get("X-Error-Code") is None:
+                return None
+            if response.status_code != 200:
+                raise self._refused(response, kind, repo_id, sha)
             try:
-                response = client.post(url, data={"paths": paths, "expand": "false"})
-                status = response.status_code
-                if status == 200:
-                    try:
-                        answer = response.json()
-                    except ValueError:
-                        answer = None
-                    if not isinstance(answer, list):
-                        raise HubError(f"{kind} {repo_id}: {self.endpoint} answered paths-info "
-                                       "with something other than a list", repo=repo_id)
-                    return answer
-                if status in (404, 405, 501):
-                    return None
-                if not is_transient(status) or attempt == MAX_TRANSPORT_ATTEMPTS:
-                    raise hub_error(status, response.headers.get("X-Error-Code"), kind=kind,
-                                    repo_id=repo_id, endpoint=self.endpoint, attempts=attempt)
-                wait = retry_delay(attempt, response.headers.get("Retry-After"))
+                page = response.json()
+            except ValueError:
+                page = None
+            if not isinstance(page, list):
+                raise HubError(f"{kind} {repo_id}: {self.endpoint} answered the file listing "
+                               "with something other than a list", repo=repo_id)
+            for raw in page:
+                if not isinstance(raw, dict) or raw.get("type") != "file":
+                    continue
+                path = raw.get("path")
+                if path in seen:
+                    raise HubError(
+                        f"{kind} {repo_id}@{sha[:7]}: {self.endpoint} listed {path!r} on two "
+                        f"pages of the file listing (page {pages}): its paging is broken",
+                        repo=repo_id, hint="A mirror that drops the listing's cursor serves "
+                        "the first page again: lock through the Hub itself, or a mirror "
+                        "that pages.")
+                seen.add(str(path))
+                try:
+                    entries.append(RepoFile(**raw))  # type: ignore[no-untyped-call]
+                except (TypeError, KeyError, ValueError):
+                    raise HubError(f"{kind} {repo_id}: {self.endpoint} listed {path!r} "
+                                   "without its size and hash", repo=repo_id) from None
+            following = response.links.get("next", {}).get("url")
+            url = urljoin(url, following) if following else None
+            if url is not None and urlsplit(url)[:2] != origin:
+                raise HubError(
+                    f"{kind} {repo_id}: {self.endpoint}'s file listing points its next page "
+                    f"at another host ({urlsplit(url).netloc})", repo=repo_id,
+                    hint="A mirror that passes the Hub's paging links through unchanged: "
+                    "lock through the Hub itself, or a mirror that rewrites them.")
+            if url is not None and not page:
+                raise HubError(f"{kind} {repo_id}: {self.endpoint}'s file listing gave an "
+                               "empty page with a next one", repo=repo_id)
+        return files_from_tree(repo_id, entries)
+
+    def _get(self, url: str, kind: RepoKind, repo_id: str, what: str) -> Any:
+        """GET `url` through the rate budget, retrying 5xx and dropped connections; a 429
+        waits as the Hub states (RateBudget) and costs no attempt. The answer, whatever its
+        status otherwise."""
+        import httpx2
+
+        client = self._range_client()
+        attempt = 0
+        while True:
+            self.budget.before(url, what)
+            try:
+                response = client.get(url)
             except httpx2.TransportError as e:
-                if attempt == MAX_TRANSPORT_ATTEMPTS:
+                attempt += 1
+                if attempt >= MAX_TRANSPORT_ATTEMPTS:
                     raise HubUnreachableError(
-                        f"cannot list the Xet hashes of {kind} {repo_id} from "
-                        f"{self.endpoint}: {redact(str(e)) or type(e).__name__}",
-                        repo=repo_id, hint="Check the network, or raise --timeout.") from None
-            self._sleep(wait)
-        raise AssertionError("unreachable")
+                        f"{what}: cannot reach {self.endpoint}: "
+                        f"{redact(str(e)) or type(e).__name__}", repo=repo_id,
+                        hint="Check the network, or raise --timeout.") from None
+                self._sleep(retry_delay(attempt, None))
+                continue
+            if self.budget.after(url, response.status_code, response.headers, what) is not None:
+                continue
+            if not is_transient(response.status_code):
+                return response
+            attempt += 1
+            if attempt >= MAX_TRANSPORT_ATTEMPTS:
+                return response
+            self._sleep(retry_delay(attempt, response.headers.get("Retry-After")))
+
+    def _refused(self, response: Any, kind: RepoKind, repo_id: str, ref: str) -> HubError:
+        code = response.headers.get("X-Error-Code")
+        if code == "RevisionNotFound":
+            return RevisionNotFoundError(f"{kind} {repo_id}: revision {ref!r} not found",
+                                         repo=repo_id)
+        return hub_error(response.status_code, code, kind=kind, repo_id=repo_id,
+                         endpoint=self.endpoint, attempts=MAX_TRANSPORT_ATTEMPTS,
+                         authenticated=self._authenticated())
+
+    def _authenticated(self) -> bool:
+        from huggingface_hub import get_token
+
+        return bool(self._token or get_token())
 
     def scan_pickle(self, kind: RepoKind, repo_id: str, revision: str, f: LockedFile,
                     limits: ScanLimits | None = None) -> tuple[PickleScan, int]:
@@ -240,12 +321,19 @@ class HubClient:
         def fetch(start: int, end: int) -> bytes:
             if whole.file is not None:
                 return whole.cut(start, end)
-            for attempt in range(1, MAX_TRANSPORT_ATTEMPTS + 1):
+            attempt = 0
+            while True:
+                self.budget.before(url, subject)
                 try:
                     with client.stream("GET", url, headers={
                             "Range": f"bytes={start}-{end - 1}"}) as response:
                         host = urlsplit(str(response.url)).netloc
                         status = response.status_code
+                        hub_answer = response.history[0] if response.history else response
+                        if self.budget.after(url, hub_answer.status_code, hub_answer.headers,
+                                             subject) is not None:
+                            continue  # rate limited: the budget waits, no attempt spent
+                        attempt += 1
                         if is_transient(status) and attempt < MAX_TRANSPORT_ATTEMPTS:
                             wait = retry_delay(attempt, response.headers.get("Retry-After"))
                         elif status == 200:
@@ -273,16 +361,18 @@ class HubClient:
                         else:
                             raise hub_error(status, response.headers.get("X-Error-Code"),
                                             kind=kind, repo_id=repo_id,
-                                            endpoint=self.endpoint, attempts=attempt)
+                                            endpoint=self.endpoint, attempts=attempt,
+                                            about=f"{f.path} from {host}",
+                                            authenticated=self._authenticated())
                 except httpx2.TransportError as e:
-                    if attempt == MAX_TRANSPORT_ATTEMPTS:
+                    attempt += 1
+                    if attempt >= MAX_TRANSPORT_ATTEMPTS:
                         raise HubUnreachableError(
                             f"cannot read {subject} from {self.endpoint}: "
                             f"{redact(str(e)) or type(e).__name__}", repo=repo_id,
                             hint="Check the network, or raise --timeout.") from None
                     wait = retry_delay(attempt, None)
                 self._sleep(wait)
-            raise AssertionError("unreachable")
 
         reader = RangeReader(f.size, fetch)
         try:
@@ -323,7 +413,7 @@ class HubClient:
                 kind, repo_id, revision,
                 lambda: self._api.hf_hub_download(
                     repo_id, path, repo_type=kind, revision=revision, cache_dir=folder,
-                    etag_timeout=self.timeout))
+                    etag_timeout=self.timeout), route="resolvers")
             with open(str(local), "rb") as f:
                 return f.read()
 
@@ -344,17 +434,28 @@ class HubClient:
             f"{repo_id}{' --dataset' if kind == 'dataset' else ''}` and `wlock add "
             f"{flag}{repo_id}`.")
 
-    def _with_retries(self, kind: RepoKind, repo_id: str, ref: str, call: Callable[[], T]) -> T:
+    def _with_retries(self, kind: RepoKind, repo_id: str, ref: str, call: Callable[[], T],
+                      route: str = "api") -> T:
+        """`call()` (a huggingface_hub request of the `route` budget: "api" or
+        "resolvers"), through the rate budget: a 429 waits as the Hub states and costs no
+        attempt; 5xx and dropped connections are retried a few times."""
         from huggingface_hub.errors import HfHubHTTPError
 
         transport, timeouts = _transport_errors()
-
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        url = f"{self.endpoint}/{'api' if route == 'api' else 'resolve/'}"
+        what = f"{kind} {repo_id}@{ref}"
+        attempt = 0
+        while True:
+            self.budget.before(url, what)
             try:
                 return call()
             except HfHubHTTPError as e:
                 status = e.response.status_code if e.response is not None else None
-                if not is_transient(status) or attempt == MAX_ATTEMPTS:
+                if status is not None and self.budget.after(
+                        url, status, e.response.headers, what) is not None:
+                    continue  # rate limited: the budget waits, no attempt spent
+                attempt += 1
+                if not is_transient(status) or attempt >= MAX_ATTEMPTS:
                     raise self._translate(e, kind, repo_id, ref) from None
                 self._sleep(retry_delay(attempt, e.response.headers.get("Retry-After")))
             except transport as e:
@@ -362,18 +463,18 @@ class HubClient:
                 # A dropped connection is worth a few quick retries; a refused one rarely
                 # heals within seconds, so these stop sooner than 429s and 5xx; a timeout
                 # costs `timeout` seconds each, so it is tried twice only.
+                attempt += 1
                 timed_out = isinstance(e, timeouts)
                 if attempt >= (MAX_TIMEOUT_ATTEMPTS if timed_out else MAX_TRANSPORT_ATTEMPTS):
-                    what = (f"no answer within {self.timeout:g}s, {attempt} times" if timed_out
-                            else redact(str(e)) or type(e).__name__)
+                    reason = (f"no answer within {self.timeout:g}s, {attempt} times"
+                              if timed_out else redact(str(e)) or type(e).__name__)
                     raise HubUnreachableError(
-                        f"cannot reach {self.endpoint} for {kind} {repo_id}: {what}",
+                        f"cannot reach {self.endpoint} for {kind} {repo_id}: {reason}",
                         repo=repo_id,
                         hint="Check the network, or the endpoint (--endpoint / HF_ENDPOINT)"
                         + ("; on a slow link raise --timeout." if timed_out else "."),
                     ) from None
                 self._sleep(retry_delay(attempt, None))
-        raise AssertionError("unreachable")
 
     def _translate(self, e: Exception, kind: RepoKind, repo_id: str, ref: str) -> HubError:
         from huggingface_hub import errors as hf
@@ -393,7 +494,7 @@ class HubClient:
                 hint="Check `ref` in weights.toml: a branch, a tag or a 40-hex commit.",
             )
         return hub_error(status, code, kind=kind, repo_id=repo_id, endpoint=self.endpoint,
-                         attempts=MAX_ATTEMPTS)
+                         attempts=MAX_ATTEMPTS, authenticated=self._authenticated())
 
 
 def _card(info: Any) -> dict[str, Any]:
@@ -458,8 +559,13 @@ def files_from_tree(repo_id: str, entries: Iterable[Any]) -> tuple[LockedFile, .
         if file_path_problem(entry.path):
             raise UnsafePathError(repo_id, entry.path)
         if entry.lfs is not None:
+            # The Xet hash, where the listing names one (a hint for chunk-level upgrades,
+            # never trusted over the sha256).
+            xet = getattr(entry, "xet_hash", None)
             files.append(LockedFile(path=entry.path, size=int(entry.lfs.size),
-                                    sha256=entry.lfs.sha256))
+                                    sha256=entry.lfs.sha256,
+                                    xet=xet if isinstance(xet, str) and _HEX64.fullmatch(xet)
+                                    else None))
         else:
             files.append(LockedFile(path=entry.path, size=int(entry.size),
                                     git_sha1=entry.blob_id))

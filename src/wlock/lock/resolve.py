@@ -53,6 +53,7 @@ from wlock.models import (
 from wlock.units import human_size
 
 if TYPE_CHECKING:
+    from wlock.ratelimit import RateBudget
     from wlock.scan import ScanLimits
 
 DEFAULT_JOBS = 16
@@ -459,11 +460,11 @@ def diff_locks(old: Lock | None, new: Lock) -> tuple[LockChange, ...]:
 
 def rescan_lock(lock: Lock, *, endpoint: str, token: str | None,
                 scan_limits: ScanLimits | None = None, jobs: int = DEFAULT_JOBS,
-                timeout: float = DEFAULT_TIMEOUT) -> Lock:
+                timeout: float = DEFAULT_TIMEOUT, budget: RateBudget | None = None) -> Lock:
     """`lock` with every repo's records made anew from the Hub's bytes (ranges, as `lock`
     reads them), for `lock --check --rescan` to compare with what the lock records. Raises
     a HubError subclass (exit 5) naming the file when a read fails."""
-    client = HubClient(endpoint, token, timeout=timeout)
+    client = HubClient(endpoint, token, timeout=timeout, budget=budget)
     fresh = {r.key for r in lock.repos}
     cleared = [replace(r, pickles=()) for r in lock.repos]
     scanned = scan_pickles(cleared, fresh, lambda kind, repo_id, revision, f: client.scan_pickle(
@@ -485,6 +486,7 @@ def lock_project(
     offline: bool = False,
     accept: Callable[[Lock], None] | None = None,
     scan_limits: ScanLimits | None = None,
+    budget: RateBudget | None = None,
 ) -> LockResult:
     """`wlock lock`: resolve weights.toml into weights.lock.
 
@@ -535,7 +537,7 @@ def lock_project(
             )
 
     # Constructing the client makes no request; offline, it is never called.
-    client = HubClient(endpoint, token, timeout=timeout)
+    client = HubClient(endpoint, token, timeout=timeout, budget=budget)
     result = plan_lock(
         manifest, previous, lambda e, revision: client.snapshot(e.kind, e.id, revision),
         upgrade=upgrade, upgrade_packages=upgrade_packages, jobs=jobs,
@@ -580,3 +582,69 @@ def merge_locks(manifest: Manifest, ours: Lock, theirs: Lock) -> tuple[Lock, tup
         else:
             notes.append(f"{entry.id}: neither side locks it as weights.toml asks; resolving it")
     return Lock(manifest_digest=ours.manifest_digest, repos=tuple(repos)), tuple(notes)
+
+
+def verify_remote(manifest: Manifest, lock: Lock, *, endpoint: str, token: str | None,
+                  jobs: int = DEFAULT_JOBS, timeout: float = DEFAULT_TIMEOUT,
+                  budget: RateBudget | None = None) -> tuple[str, ...]:
+    """Every line of `lock` against what the Hub attests at each pinned commit: the files
+    the manifest's entries select there (the resolver's own rules, at the locked commit, not
+    at the ref's head), each with its size and hash. Returns one finding per difference (a
+    file the lock lacks, one it adds, another size or hash, a pin the Hub does not have),
+    naming the entry and the file; () when the lock is the Hub's truth. Pickle records are
+    `--rescan`'s question, not this one's. Raises a HubError subclass (exit 5) when the Hub
+    cannot answer."""
+    client = HubClient(endpoint, token, timeout=timeout, budget=budget)
+    pinned = {r.key: r.revision for r in lock.repos}
+    findings: list[str] = []
+    snapshots: dict[tuple[RepoKind, str], RemoteSnapshot] = {}
+
+    def at_pin(kind: RepoKind, repo_id: str, revision: str) -> RemoteSnapshot:
+        key = (kind, repo_id)
+        if key not in snapshots:
+            snapshots[key] = client.snapshot(kind, repo_id, pinned.get(key, revision))
+        return snapshots[key]
+
+    def first_pass(repo: LockedRepo) -> str | None:
+        try:
+            at_pin(repo.kind, repo.id, repo.revision)
+        except RevisionNotFoundError:
+            return (f"{repo.kind} {repo.id}: revision {repo.revision} is not a commit of "
+                    "the repo on the Hub")
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(lock.repos) or 1))) as pool:
+        problems = list(pool.map(first_pass, lock.repos))
+    findings += [p for p in problems if p is not None]
+    gone = {r.key for r, p in zip(lock.repos, problems, strict=True) if p is not None}
+    kept = replace(manifest, entries=tuple(e for e in manifest.entries if e.key not in gone))
+    fresh = plan_lock(kept, None, lambda e, revision: at_pin(e.kind, e.id, revision),
+                      jobs=jobs, read_file=client.read_file).lock
+    theirs = {r.key: r for r in fresh.repos}
+    for repo in lock.repos:
+        if repo.key in gone:
+            continue
+        hub = theirs.get(repo.key)
+        where = f"{repo.kind} {repo.id}@{repo.revision[:7]}"
+        if hub is None:
+            findings.append(f"{where}: locked, but weights.toml neither lists nor requires it")
+            continue
+        ours = {f.path: f for f in repo.files}
+        attested = {f.path: f for f in hub.files}
+        for path in sorted(ours.keys() | attested.keys()):
+            a, b = ours.get(path), attested.get(path)
+            if a is None and b is not None:
+                findings.append(f"{where}: {path}: missing from the lock ({b.size} bytes, "
+                                f"{b.hash_kind} {b.etag} on the Hub)")
+            elif b is None and a is not None:
+                findings.append(f"{where}: {path}: in the lock, but not a file the entry "
+                                "selects at that commit")
+            elif a is not None and b is not None and (a.size, a.etag) != (b.size, b.etag):
+                findings.append(f"{where}: {path}: the lock says {a.size} bytes, "
+                                f"{a.hash_kind} {a.etag}; the Hub attests {b.size} bytes, "
+                                f"{b.hash_kind} {b.etag}")
+    for repo in fresh.repos:
+        if lock.find(*repo.key) is None:
+            findings.append(f"{repo.kind} {repo.id}: weights.toml asks for it, the lock has "
+                            "no entry")
+    return tuple(findings)

@@ -21,8 +21,6 @@ from typing import Any
 
 import httpx2
 
-_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?xet-auth"?')
-
 
 class CasError(Exception):
     """The Xet path cannot be taken for this file (said why)."""
@@ -117,10 +115,12 @@ class XetFile:
 def xet_file(response: httpx2.Response) -> XetFile | None:
     """The Xet hash and token URL of a resolve answer; None for a file not on Xet."""
     file_hash = response.headers.get("X-Xet-Hash")
-    found = _LINK.search(response.headers.get("Link", ""))
-    if not file_hash or found is None or not re.fullmatch(r"[0-9a-f]{64}", file_hash):
+    # httpx's parser of the Link header: the live Hub sends the token route beside the
+    # reconstruction's (rel="xet-auth", rel="xet-reconstruction-info").
+    found = response.links.get("xet-auth", {}).get("url")
+    if not file_hash or not found or not re.fullmatch(r"[0-9a-f]{64}", file_hash):
         return None
-    return XetFile(file_hash, str(response.url.join(found.group(1))))
+    return XetFile(file_hash, str(response.url.join(found)))
 
 
 def read_token(answer: httpx2.Response) -> tuple[str, str, int]:

@@ -1,0 +1,240 @@
+"""The lock is the whole truth about the Hub at its real scale (issue 46): listings the Hub
+cuts, pagers a mirror breaks, rate limits as the Hub states them, and hand-edited locks,
+through the real command line against the emulator answering as the live Hub does."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Hub, run_wlock, write_project
+from wlock.hubserver.store import StoreBuilder
+from wlock.lock.lockfile import read_lock
+
+
+def many_files(hub: Hub, kind: str, stem: str, n: int) -> str:
+    """A repo of `n` small git files (a README and n - 1 data files) in 50 folders."""
+    repo_id = hub.unique_id(stem)
+    files: dict[str, bytes] = {"README.md": b"# many\n"}
+    for i in range(n - 1):
+        files[f"data/{i % 50:02d}/episode-{i:06d}.json"] = b'{"i": %d}\n' % i
+    StoreBuilder(hub.builder.root).commit(kind, repo_id, files, lfs=False)
+    return repo_id
+
+
+def locked_paths(project: Path) -> list[str]:
+    return [f.path for r in read_lock(project / "weights.lock").repos for f in r.files]
+
+
+def test_a_5000_file_dataset_whose_siblings_the_hub_cuts_at_1000_is_locked_whole(
+        hub: Hub, tmp_path: Path) -> None:
+    """The live Hub cuts repo info's `siblings` with nothing to say so (huggingface_hub
+    #3059, #3565); the lock comes from the paged tree listing, every page, and sync and
+    check then hold every file. Seen failing (1,000 files locked, exit 0) with the listing
+    taken from `siblings`."""
+    repo_id = many_files(hub, "dataset", "cut-siblings", 5000)
+    hub.process.faults(siblings_cap=1000)
+    project = write_project(tmp_path / "p", "")
+    added = run_wlock("add", "--dataset", repo_id, "--loader", "all", "--endpoint",
+                      hub.endpoint, cwd=project, timeout=300)
+    assert added.code == 0, added.stderr
+    assert len(locked_paths(project)) == 5000
+    tree_pages = [r for r in hub.process.stats()["log"] if "/tree/" in r["path"]]
+    assert len(tree_pages) >= 5  # 1,000 entries a page (and the folders), every page read
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, cwd=project, timeout=600)
+    assert synced.code == 0, synced.stderr
+    checked = run_wlock("check", cwd=project, timeout=300)
+    assert checked.code == 0, checked.stderr
+    snapshot = next((tmp_path / "hf-home" / "hub").glob("datasets--*/snapshots/*"))
+    assert sum(1 for p in snapshot.rglob("*") if p.is_file()) == 5000
+
+
+def test_siblings_cut_early_under_load_still_lock_every_file(hub: Hub, tmp_path: Path
+                                                             ) -> None:
+    """Cut well before 1,000 (the Hub's caches under load): 3 of 6 listed in repo info."""
+    repo_id = many_files(hub, "model", "cut-early", 6)
+    hub.process.faults(siblings_cap=3)
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\nloader = "all"\n')
+    locked = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert locked.code == 0, locked.stderr
+    assert len(locked_paths(project)) == 6
+    assert "6 files" in locked.stderr
+
+
+@pytest.mark.parametrize(("fault", "words"), [
+    ({"tree_paging": "ignore_cursor"}, "on two pages of the file listing (page 2): its paging "
+     "is broken"),
+    ({"tree_paging": "foreign_link"}, "points its next page at another host "
+     "(upstream.invalid)"),
+    ({"tree_hide": ["data/00/episode-000050.json"]}, "the Hub's two listings of the commit "
+     "disagree: repo info lists 'data/00/episode-000050.json', the tree listing does not "
+     "list it"),
+])
+def test_a_listing_that_cannot_be_whole_writes_no_lock(hub: Hub, tmp_path: Path,
+                                                       fault: dict[str, object], words: str
+                                                       ) -> None:
+    """A mirror that drops the cursor (the first page again), one that passes the Hub's
+    links through (the next page on another host), a tree listing short of a file repo info
+    names: exit 5 naming the repo and why; never a loop, never a short lock."""
+    repo_id = many_files(hub, "model", "bad-pager", 120)
+    hub.process.faults(tree_page_size=50, **fault)
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\nloader = "all"\n')
+    result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project, timeout=60)
+    assert result.code == 5, result.stderr
+    assert repo_id in result.stderr and words in result.stderr, result.stderr
+    assert not (project / "weights.lock").exists()
+
+
+def hub_requests(hub: Hub, kind: str) -> list[dict[str, object]]:
+    resolvers = ("/resolve/", "/api/resolve-cache/")
+    return [e for e in hub.process.stats()["log"] if e["listener"] == "hub" and (
+        any(r in str(e["path"]) for r in resolvers) == (kind == "resolvers"))]
+
+
+def assert_quiet_while_spent(entries: list[dict[str, object]], window: float) -> None:
+    """Once a 429 is answered, nothing of its budget is asked until the window could
+    reset: the client obeyed `t=` instead of asking again (the emulator's windows are
+    `window` s; a request already in flight when the 429 went out is not the client's
+    choice)."""
+    refused = [e for e in entries if e["status"] == 429]
+    for no in refused:
+        answered = float(no["end"])  # type: ignore[arg-type]
+        asked = [e for e in entries
+                 if 0.05 < float(e["start"]) - answered < window - 1.0]  # type: ignore[arg-type]
+        assert not asked, (no, asked)
+
+
+def test_lock_and_sync_wait_out_the_hubs_rate_limits_and_show_it(hub: Hub, tmp_path: Path
+                                                                  ) -> None:
+    """Budgets of a few requests a 3-second window, 429s with `r=0;t=` and no Retry-After,
+    as the live Hub answers: lock and sync finish after waiting, each wait shown."""
+    ids = [many_files(hub, "model", f"rated-{n}", 30) for n in range(3)]
+    hub.process.faults(rate_limits={"api": {"q": 4, "w": 3}, "resolvers": {"q": 40, "w": 3}})
+    project = write_project(tmp_path, "".join(
+        f'[[model]]\nid = "{i}"\nloader = "all"\n\n' for i in ids))
+    locked = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project, timeout=120)
+    assert locked.code == 0, locked.stderr
+    assert re.search(r"rate limited by the Hub \(api\): resuming in \d+ s", locked.stderr)
+    assert len(locked_paths(project)) == 90
+    assert_quiet_while_spent(hub_requests(hub, "api"), 3)
+
+    hub.process.reset_stats()
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, cwd=project, timeout=120)
+    assert synced.code == 0, synced.stderr
+    assert re.search(r"rate limited by the Hub \(resolvers\): resuming in \d+ s",
+                     synced.stderr), synced.stderr
+    assert_quiet_while_spent(hub_requests(hub, "resolvers"), 3)
+    assert run_wlock("check", cwd=project).code == 0
+
+
+def test_a_reset_past_the_wait_allowed_ends_with_exit_5_naming_limit_and_reset(
+        hub: Hub, tmp_path: Path) -> None:
+    repo_id = many_files(hub, "model", "rated-long", 3)
+    hub.process.faults(rate_limits={"api": {"q": 1, "w": 30}})
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\nloader = "all"\n')
+    result = run_wlock("lock", "--endpoint", hub.endpoint, "--rate-limit-wait", "5",
+                       cwd=project, timeout=60)
+    assert result.code == 5, result.stderr
+    assert re.search(r"the Hub's 'api' rate limit \(1 request a window\) is spent and resets "
+                     r"in (29|30) s, past the wait allowed \(--rate-limit-wait 5",
+                     result.stderr), result.stderr
+    assert "an authenticated token gets higher limits" in result.stderr
+
+
+FORGERIES = {
+    "a file line deleted": (
+        lambda text: re.sub(r'  \{ path = "vocab.txt".*\n', "", text),
+        "acme/tiny-bert@bd07acc: vocab.txt: missing from the lock (782 bytes"),
+    "a file line added": (
+        lambda text: text.replace(
+            '  { path = "vocab.txt"', '  { path = "extra.bin", size = 4, sha256 = "'
+            + "ab" * 32 + '" },\n  { path = "vocab.txt"'),
+        "acme/tiny-bert@bd07acc: extra.bin: in the lock, but not a file the entry selects"),
+    "a size changed": (
+        lambda text: text.replace('path = "config.json", size = 165',
+                                  'path = "config.json", size = 166'),
+        "acme/tiny-bert@bd07acc: config.json: the lock says 166 bytes, git-sha1 "
+        "0735b1c20801ba4738e68bec87b2f2fa16a386d1; the Hub attests 165 bytes"),
+    "a hash changed": (
+        lambda text: text.replace("8d50156a72a399591cdd86f4d1bfb0e934c649c5f0ae06d35ee6d10468b41187",
+                                  "0" * 64),
+        "acme/tiny-bert@bd07acc: model.safetensors: the lock says 262144 bytes, sha256 "
+        + "0" * 64 + "; the Hub attests 262144 bytes, sha256 8d50156a"),
+    "a revision changed": (
+        lambda text: text.replace("bd07acc5bf8db7db6d4061d522ed246e5f81088f", "1" * 40),
+        "model acme/tiny-bert: revision " + "1" * 40 + " is not a commit of the repo"),
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+def test_a_hand_edited_lock_fails_check_remote_naming_the_entry_and_file(
+        hub: Hub, tmp_path: Path, forgery: str) -> None:
+    """What a pull request can do to weights.lock that every offline gate lets through:
+    `lock --check` (offline) passes, `lock --check --remote` exits 3 naming it."""
+    example = Path(__file__).resolve().parents[2] / "weights.lock.example"
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n'
+                            'loader = "transformers"\n\n[[dataset]]\nid = "acme/tiny-squad"\n'
+                            'ref = "v1.0"\nloader = "datasets"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    genuine = (project / "weights.lock").read_text(encoding="utf-8")
+    assert "bd07acc5bf8db7db6d4061d522ed246e5f81088f" in genuine, example
+    clean = run_wlock("lock", "--check", "--remote", "--endpoint", hub.endpoint, cwd=project)
+    assert clean.code == 0, clean.stderr
+    assert "weights.lock is the Hub's truth: 2 repos" in clean.stderr
+
+    edit, words = FORGERIES[forgery]
+    forged = edit(genuine)
+    assert forged != genuine
+    (project / "weights.lock").write_text(forged, encoding="utf-8")
+    assert run_wlock("lock", "--check", cwd=project).code == 0  # offline: not its question
+    result = run_wlock("lock", "--check", "--remote", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 3, result.stderr
+    assert "weights.lock disagrees with what" in result.stderr
+    assert words in result.stderr, result.stderr
+    assert "(1 difference)" in result.stderr
+
+
+def test_check_remote_needs_check(tmp_path: Path) -> None:
+    project = write_project(tmp_path, "")
+    result = run_wlock("lock", "--remote", cwd=project)
+    assert result.code == 2 and "--remote needs --check" in result.stderr
+
+
+# -- two bounds of the small-file path ---------------------------------------------------------
+
+
+def small_repo(hub: Hub, tmp_path: Path, stem: str, n: int) -> Path:
+    repo_id = many_files(hub, "model", stem, n)
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\nloader = "all"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    return project
+
+
+def test_a_redirect_loop_on_the_small_file_path_ends_in_too_many_redirects(
+        hub: Hub, tmp_path: Path) -> None:
+    """The endpoint answers a file's /resolve with a redirect to itself forever: the file
+    fails after MAX_REDIRECTS hops, naming the cause (exit 5), not at its deadline. Seen
+    failing (the test's own timeout) with the hop loop unbounded."""
+    project = small_repo(hub, tmp_path, "loop", 1)
+    hub.process.faults({"action": "status", "status": 302, "location": "?again=1",
+                        "listener": "hub", "match": "/resolve/"})
+    result = run_wlock("sync", "--endpoint", hub.endpoint, cwd=project, timeout=90)
+    assert result.code == 5, result.stderr
+    assert "README.md: too many redirects from" in result.stderr, result.stderr
+    hops = [e for e in hub.process.stats()["log"] if "/resolve/" in str(e["path"])]
+    assert len(hops) == 10  # transfer.MAX_REDIRECTS, once: a redirect loop is not retried
+
+
+def test_a_storm_of_refusals_ends_in_an_exit_never_a_wait(hub: Hub, tmp_path: Path) -> None:
+    """Every small file's request answered 503: the gate halves down to one place and
+    stays there (never none), so each file runs out of attempts and sync exits 5. Seen
+    failing (the test's own timeout: every thread waiting on a gate of zero) with the
+    gate's floor of one removed."""
+    project = small_repo(hub, tmp_path, "storm", 40)
+    hub.process.faults({"action": "status", "status": 503, "listener": "hub",
+                        "match": "/resolve/"})
+    result = run_wlock("sync", "--json", "--endpoint", hub.endpoint, cwd=project, timeout=120)
+    assert result.code == 5, result.stderr
+    assert "503" in result.stdout + result.stderr
