@@ -22,12 +22,14 @@ def machine() -> str:
             f"Python {platform.python_version()}")
 
 
-def snapshot_download(repo_id: str, cache: str | Path, endpoint: str) -> list[str]:
+def snapshot_download(repo_id: str, cache: str | Path, endpoint: str,
+                      repo_type: str = "model") -> list[str]:
     """The competitor's command: huggingface_hub.snapshot_download of `repo_id` into
     `cache`, in a process of its own as a user would run it."""
     code = ("import sys; from huggingface_hub import snapshot_download; "
-            "snapshot_download(sys.argv[1], cache_dir=sys.argv[2], endpoint=sys.argv[3])")
-    return [sys.executable, "-c", code, repo_id, str(cache), endpoint]
+            "snapshot_download(sys.argv[1], cache_dir=sys.argv[2], endpoint=sys.argv[3], "
+            "repo_type=sys.argv[4])")
+    return [sys.executable, "-c", code, repo_id, str(cache), endpoint, repo_type]
 
 
 def random_file(path: Path, size: int) -> Path:

@@ -24,6 +24,14 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: map the pages in one call
 # A thread of HashPool takes small files this many (or this many bytes) at a time.
 GROUP_FILES = 256
 GROUP_BYTES = 4 * 1024 * 1024
+# Many tiny files are hashed in worker processes: for a file of a few hundred bytes the cost is
+# the Python around the hash (open, read, close, bookkeeping), which holds the GIL, so
+# threads take turns instead of sharing the cores. From PROCESSES_FROM files under
+# SMALL_FILE in one submission, in pieces of PROCESS_PIECE. Measured on 2 cores, `check` of
+# 100,000 files of 40 bytes: 2.3 s with threads, against 1.3 s to hash them in one process.
+SMALL_FILE = 256 * 1024
+PROCESSES_FROM = 2048
+PROCESS_PIECE = 512
 
 
 def new_digest(kind: str, size: int) -> Any:
@@ -152,16 +160,31 @@ def hash_file(path: str | Path, kind: str) -> str:
         os.close(fd)
 
 
+def hash_many(items: list[tuple[str, str]]) -> list[str | OSError]:
+    """hash_file of each `(path, kind)`, or the OSError that reading it raised: one piece of
+    a HashPool's tiny files, in a worker process."""
+    out: list[str | OSError] = []
+    for path, kind in items:
+        try:
+            out.append(hash_file(path, kind))
+        except OSError as e:
+            out.append(e)
+    return out
+
+
 class HashPool:
-    """Threads that hash files (one per core by default). submit() returns at once with a
-    function that waits for that submission's digests, so the caller can prepare the next
-    batch while this one is hashed."""
+    """Threads that hash files (one per core by default), and for very many tiny files
+    worker processes (PROCESSES_FROM says why). submit() returns at once with a function
+    that waits for that submission's digests, so the caller can prepare the next batch
+    while this one is hashed."""
 
     def __init__(self, jobs: int | None = None,
                  on_hashed: Callable[[int], None] | None = None) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        self._pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2)
+        self._jobs = jobs or os.cpu_count() or 2
+        self._pool = ThreadPoolExecutor(max_workers=self._jobs)
+        self._processes: Any = None  # a ProcessPoolExecutor, made on first use
         self._on_hashed = on_hashed
 
     def __enter__(self) -> HashPool:
@@ -169,6 +192,24 @@ class HashPool:
 
     def __exit__(self, *exc: object) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._processes is not None:
+            self._processes.shutdown(wait=True, cancel_futures=True)
+
+    def _process_pool(self) -> Any:
+        """Worker processes forked from a fresh server process (`forkserver`): never from
+        this one, whose other threads (the hashing threads, a progress bar) may hold locks
+        at the moment of a fork. None where the platform has no forkserver."""
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if self._processes is None:
+            if "forkserver" not in multiprocessing.get_all_start_methods():
+                return None
+            context = multiprocessing.get_context("forkserver")
+            # The server imports this module only, not the program's __main__.
+            context.set_forkserver_preload(["wlock.hashing"])
+            self._processes = ProcessPoolExecutor(self._jobs, mp_context=context)
+        return self._processes
 
     def submit(
         self, items: Sequence[tuple[str | Path, str, int]]
@@ -179,6 +220,18 @@ class HashPool:
         10-byte file costs more than hashing it."""
         results: list[str | OSError] = [""] * len(items)
         on_hashed = self._on_hashed
+        pieces = []
+        tiny = [i for i in range(len(items)) if items[i][2] < SMALL_FILE]
+        processes = self._process_pool() if len(tiny) >= PROCESSES_FROM and \
+            self._jobs > 1 else None
+        if processes is not None:
+            for start in range(0, len(tiny), PROCESS_PIECE):
+                piece = tiny[start:start + PROCESS_PIECE]
+                pieces.append((piece, processes.submit(
+                    hash_many, [(str(items[i][0]), items[i][1]) for i in piece])))
+            done = set(tiny)
+        else:
+            done = set()
 
         def hash_group(group: list[int]) -> None:
             for index in group:
@@ -191,7 +244,8 @@ class HashPool:
                     if on_hashed:
                         on_hashed(size)
 
-        order = sorted(range(len(items)), key=lambda i: -items[i][2])
+        order = sorted((i for i in range(len(items)) if i not in done),
+                       key=lambda i: -items[i][2])
         groups: list[list[int]] = []
         weight = GROUP_BYTES
         for index in order:
@@ -206,6 +260,11 @@ class HashPool:
         def wait() -> list[str | OSError]:
             for future in futures:
                 future.result()
+            for piece, hashed in pieces:
+                for index, digest in zip(piece, hashed.result(), strict=True):
+                    results[index] = digest
+                if on_hashed:
+                    on_hashed(sum(items[i][2] for i in piece))
             return results
 
         return wait

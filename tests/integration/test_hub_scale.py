@@ -238,3 +238,36 @@ def test_a_storm_of_refusals_ends_in_an_exit_never_a_wait(hub: Hub, tmp_path: Pa
     result = run_wlock("sync", "--json", "--endpoint", hub.endpoint, cwd=project, timeout=120)
     assert result.code == 5, result.stderr
     assert "503" in result.stdout + result.stderr
+
+
+def test_sync_of_an_edited_hash_blames_the_lock_not_the_hub(hub: Hub, tmp_path: Path) -> None:
+    """A hash changed by hand: sync refuses the bytes (exit 1) and, the Hub attesting the
+    bytes it served, names weights.lock as edited instead of "the Hub or a proxy"."""
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n'
+                            'loader = "transformers"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    edit, _ = FORGERIES["a hash changed"]
+    lock = project / "weights.lock"
+    lock.write_text(edit(lock.read_text(encoding="utf-8")), encoding="utf-8")
+    result = run_wlock("sync", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 1, result.stderr
+    assert ("model.safetensors: weights.lock names sha256 " + "0" * 64 + ", but the Hub "
+            "attests 8d50156a72a399591cdd86f4d1bfb0e934c649c5f0ae06d35ee6d10468b41187 for it"
+            ) in result.stderr, result.stderr
+    assert "wlock lock --check --remote" in result.stderr
+    assert "a proxy is serving other bytes" not in result.stderr
+
+
+def test_a_cdn_failure_names_the_file_and_the_host(hub: Hub, tmp_path: Path) -> None:
+    """The bytes' host (the CDN the endpoint redirects to) refusing a file: the message names
+    the file and that host, not "the Hub answered 404"."""
+    project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n'
+                            'loader = "transformers"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    hub.process.faults({"action": "status", "status": 404, "listener": "cdn",
+                        "match": "/objects/"})
+    result = run_wlock("sync", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 5, result.stderr
+    cdn_host = hub.process.cdn.split("://", 1)[1]
+    assert (f"model.safetensors: {cdn_host} (where {hub.endpoint} sent the download) "
+            "answered 404") in result.stderr, result.stderr

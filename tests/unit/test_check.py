@@ -63,3 +63,26 @@ def test_the_report_says_how_long_the_check_took(tmp_path: Path) -> None:
     started = time.monotonic()
     report = check_cache(lock, tmp_path / "cache", jobs=1)
     assert 0 <= report.seconds <= time.monotonic() - started
+
+
+def test_very_many_tiny_files_are_hashed_in_processes_with_the_same_verdicts(
+        tmp_path: Path) -> None:
+    """Past PROCESSES_FROM tiny files a submission is hashed in worker processes: every
+    digest is still the file's, in its place, and a file that cannot be read still comes
+    back as its OSError for the caller to judge."""
+    from wlock.hashing import PROCESSES_FROM, HashPool, hash_file
+
+    items: list[tuple[str | Path, str, int]] = []
+    for n in range(PROCESSES_FROM + 100):
+        path = tmp_path / f"{n:05d}.json"
+        path.write_bytes(b'{"n": %d}\n' % n)
+        items.append((path, "git-sha1" if n % 2 else "sha256", path.stat().st_size))
+    items.append((tmp_path / "gone.json", "sha256", 10))
+    seen: list[int] = []
+    with HashPool(2, seen.append) as pool:
+        digests = pool.submit(items)()
+        assert pool._processes is not None  # the process path, not the threads
+    for (path, kind, _), digest in zip(items[:-1], digests[:-1], strict=True):
+        assert digest == hash_file(path, kind)
+    assert isinstance(digests[-1], FileNotFoundError)
+    assert sum(seen) == sum(size for _, _, size in items)

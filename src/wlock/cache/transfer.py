@@ -813,6 +813,22 @@ class Transfer:
         if origin_of(url) == self._origin:
             self.budget.before(url, job.label)
 
+    def attested_etag(self, job: FetchJob) -> str | None:
+        """The hash the endpoint attests for `job`'s file at its commit (the resolve
+        answer's X-Linked-Etag: the sha256 of an LFS file, the git blob id of another), or
+        None when it names none or cannot be asked. One HEAD, asked only after a download
+        did not match the lock, to tell an edited lock from a bad server."""
+        import httpx2
+
+        url = self._resolve_url(job)
+        try:
+            self._before(url, job)
+            response = self._http.request("HEAD", url, headers=self._headers_for(url))
+        except (httpx2.TransportError, HubError):
+            return None
+        said = response.headers.get("X-Linked-Etag") or response.headers.get("ETag")
+        return said.removeprefix("W/").strip('"') if said else None
+
     def _down_error(self, job: FetchJob) -> HubUnreachableError:
         return HubUnreachableError(f"{job.label}: not fetched: {self._down}",
                                    repo=job.repo_id, hint=_NETWORK_HINT, cause=self._down,
@@ -1263,7 +1279,7 @@ def _classify(response: Reply, job: FetchJob, endpoint: str, url: str,
     """The error `response` (a final or transient failure from `url`) stands for, naming
     the file and, for a host other than the endpoint (the CDN), that host."""
     status, code = response.status_code, response.headers.get("X-Error-Code")
-    host = origin_of(url)[1]
+    host = urlsplit(url).netloc
     if origin_of(url) != origin_of(endpoint):
         error: HubError = HubError(
             f"{job.label}: {host} (where {endpoint} sent the download) answered {status}",

@@ -89,7 +89,7 @@ def lock(
         timeout=timeout, offline=settings.offline,
         accept=enforcer(project / "weights.toml", "weights.lock was left as it was."),
         scan_limits=read_policy(project / "weights.toml").limits,
-        budget=settings.rate_budget(),
+        budget=settings.rate_budget(), note=None if settings.json else info,
     )
     if remote:
         _remote(result.lock, project, jobs, timeout, settings)

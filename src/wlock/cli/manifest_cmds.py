@@ -120,7 +120,7 @@ def add(
         from wlock.lock.loaders import datasets, detect_loader
 
         client = HubClient(settings.endpoint, settings.token, timeout=timeout,
-                           budget=budget)
+                           budget=budget, note=None if settings.json else info)
         try:
             snap = client.snapshot(kind, repo_id, ref or "main")
             if kind == "dataset":
@@ -155,7 +155,8 @@ def add(
             result = lock_project(project, endpoint=settings.endpoint, token=settings.token,
                                   timeout=timeout,
                                   accept=enforcer(path, "weights.lock was left as it was."),
-                                  scan_limits=read_policy(path).limits, budget=budget)
+                                  scan_limits=read_policy(path).limits, budget=budget,
+                                  note=None if settings.json else info)
         except WlockError as e:
             write_bytes_atomic(path, before)  # as it was: nothing half-added
             e.hint = ((e.hint + "\n") if e.hint else "") + (

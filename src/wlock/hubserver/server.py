@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from http import HTTPStatus
 from http.client import HTTPMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -157,6 +158,10 @@ class HubServer:
         self.verbose = verbose
         self.emulator = emulator
         self.token = token
+        # What a commit's listing works out (its folders, its sorted tree), kept per commit.
+        self._derived_lock = threading.Lock()
+        self._folders: dict[str, set[str]] = {}
+        self._trees: dict[str, list[tuple[str, bool]]] = {}
         self.hub = _Listener((host, port), self, "hub")
         self.cdn = _Listener((host, cdn_port), self, "cdn")
 
@@ -189,6 +194,28 @@ class HubServer:
         return when >= time.time() and hmac.compare_digest(
             signature, self.signature("xet-read", when))
 
+    def folders(self, commit: Commit) -> set[str]:
+        """The folders of a commit, worked out once (a commit never changes)."""
+        with self._derived_lock:
+            found = self._folders.get(commit.sha)
+        if found is None:
+            found = _folders(commit.files)
+            with self._derived_lock:
+                self._folders[commit.sha] = found
+        return found
+
+    def whole_tree(self, commit: Commit) -> list[tuple[str, bool]]:
+        """Every folder and file of a commit, sorted as the recursive listing pages them:
+        sorted once, not once per page of a 100,000-file listing."""
+        with self._derived_lock:
+            found = self._trees.get(commit.sha)
+        if found is None:
+            found = sorted([(p, True) for p in self.folders(commit)]
+                           + [(p, False) for p in commit.files])
+            with self._derived_lock:
+                self._trees[commit.sha] = found
+        return found
+
     def serve_forever(self) -> None:
         threading.Thread(target=self.cdn.serve_forever, daemon=True).start()
         self.hub.serve_forever()
@@ -205,6 +232,10 @@ class _HttpError(Exception):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.headers = headers or {}
+
+
+def _folders(files: Mapping[str, StoredFile]) -> set[str]:
+    return {p.rsplit("/", i)[0] for p in files for i in range(1, p.count("/") + 1)}
 
 
 def _dir_oid(commit: str, path: str) -> str:
@@ -746,9 +777,12 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             raise _HttpError(404, None, f"Not Found: {method} {self.path}")
 
-    def _files(self, repo: Repo, commit: Commit) -> dict[str, StoredFile]:
+    def _files(self, repo: Repo, commit: Commit) -> Mapping[str, StoredFile]:
+        injected = self.server.app.faults.injected_files(f"/{repo.kind}s/{repo.id}/")
+        if not injected:
+            return commit.files  # not copied: a 100,000-file commit is asked per request
         files = dict(commit.files)
-        for name in self.server.app.faults.injected_files(f"/{repo.kind}s/{repo.id}/"):
+        for name in injected:
             files[name] = StoredFile(
                 path=name, size=1, sha256=hashlib.sha256(b"x").hexdigest(),
                 blob_id=hashlib.sha1(b"blob 1\x00x", usedforsecurity=False).hexdigest(),
@@ -838,10 +872,11 @@ class _Handler(BaseHTTPRequestHandler):
             entry["lastCommit"] = {"id": commit.sha, "title": commit.message, "date": commit.date}
         return entry
 
-    def _listing(self, repo: Repo, commit: Commit) -> tuple[dict[str, StoredFile], set[str]]:
+    def _listing(self, repo: Repo, commit: Commit) -> tuple[Mapping[str, StoredFile], set[str]]:
         files = self._files(repo, commit)
-        dirs = {p.rsplit("/", i)[0] for p in files for i in range(1, p.count("/") + 1)}
-        return files, dirs
+        if files is commit.files:  # the commit's own: its folders are worked out once
+            return files, self.server.app.folders(commit)
+        return files, _folders(files)
 
     def _tree(
         self, repo: Repo, commit: Commit, base: str, query: dict[str, list[str]]
@@ -858,10 +893,13 @@ class _Handler(BaseHTTPRequestHandler):
             return path.startswith(prefix) and (recursive or "/" not in path[len(prefix):])
 
         faults = self.server.app.faults
-        entries = sorted(
-            [(p, True) for p in dirs if wanted(p)]
-            + [(p, False) for p in files if wanted(p) and p not in faults.tree_hide]
-        )
+        if files is commit.files and recursive and not base and not faults.tree_hide:
+            entries = self.server.app.whole_tree(commit)  # sorted once per commit
+        else:
+            entries = sorted(
+                [(p, True) for p in dirs if wanted(p)]
+                + [(p, False) for p in files if wanted(p) and p not in faults.tree_hide]
+            )
         # The live Hub: 1,000 entries a page, 50 with expand (transcribed_tree_pagination_link);
         # `limit` honoured below that.
         page_size = min(faults.tree_page_size, 50 if expand else 1000)

@@ -81,9 +81,11 @@ class HubClient:
         timeout: float = DEFAULT_TIMEOUT,
         sleep: Callable[[float], None] = time.sleep,
         budget: RateBudget | None = None,
+        note: Callable[[str], None] | None = None,
     ) -> None:
         """`budget`: the Hub's rate limits as it states them, shared by every request of
-        the command (a default one, with the default bound on waiting, when None)."""
+        the command (a default one, with the default bound on waiting, when None). `note`
+        shows progress on work that takes more than a second (a listing of many pages)."""
         from huggingface_hub import HfApi
 
         self.endpoint = endpoint.rstrip("/")
@@ -94,6 +96,7 @@ class HubClient:
         self._api: HfApi = HfApi(endpoint=self.endpoint, token=token)
         self._token = token  # for the range reads of pickles; None: huggingface_hub's own
         self._sleep = sleep
+        self._note = note or (lambda message: None)
         self.budget = budget or RateBudget(sleep=sleep, authenticated=self._authenticated())
         self._lock = threading.Lock()
         self._ranges: Any = None  # the httpx client of the range reads, made on first use
@@ -201,7 +204,11 @@ class HubClient:
         entries: list[Any] = []
         seen: set[str] = set()
         pages = 0
+        shown = time.monotonic()
         while url is not None:
+            if time.monotonic() - shown >= 1.0:  # a listing of many pages: say how far
+                shown = time.monotonic()
+                self._note(f"{kind} {repo_id}: {len(entries):,} files listed ({pages} pages)")
             response = self._get(url, kind, repo_id, f"{kind} {repo_id}: the file listing")
             pages += 1
             if response.status_code in (404, 405, 501) and pages == 1 and \

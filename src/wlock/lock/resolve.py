@@ -487,6 +487,7 @@ def lock_project(
     accept: Callable[[Lock], None] | None = None,
     scan_limits: ScanLimits | None = None,
     budget: RateBudget | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> LockResult:
     """`wlock lock`: resolve weights.toml into weights.lock.
 
@@ -537,7 +538,7 @@ def lock_project(
             )
 
     # Constructing the client makes no request; offline, it is never called.
-    client = HubClient(endpoint, token, timeout=timeout, budget=budget)
+    client = HubClient(endpoint, token, timeout=timeout, budget=budget, note=note)
     result = plan_lock(
         manifest, previous, lambda e, revision: client.snapshot(e.kind, e.id, revision),
         upgrade=upgrade, upgrade_packages=upgrade_packages, jobs=jobs,

@@ -1,0 +1,27 @@
+"""bench/big_repo.py at 20,000 files, run as the suite's smoke run of it (issue 46): every
+step of a big repo completes (lock from the paged listing with siblings whole, a cold sync
+beside snapshot_download, a no-op sync, check, status, tree, gc), and the two bounds that
+are not timings hold: the lock under 250 bytes a file, every wlock command under 500 MB.
+Timings are printed, never asserted (bench/ measures them)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+
+def test_big_repo_bench_runs_at_20000_files() -> None:
+    result = subprocess.run([sys.executable, "big_repo.py", "--files", "20000"],
+                            cwd=ROOT / "bench", capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    for step in ("wlock lock", "snapshot_download", "wlock sync (cold)", "wlock sync (no-op)",
+                 "wlock check", "wlock status", "wlock tree", "wlock gc --dry-run"):
+        assert f"  {step} " in out, (step, out)
+    per_file = re.search(r"(\d+) bytes a file", out)
+    assert per_file is not None and int(per_file[1]) < 250, out
+    peak = re.search(r"the most of any wlock command: (\d+) MB", out)
+    assert peak is not None and int(peak[1]) < 500, out
