@@ -537,3 +537,38 @@ def test_processor_remote_code_from_another_repo_is_locked_and_runs_offline(
         print(json.dumps({"class": type(p).__name__, "scale": p.scale}))
     """, cache, repo_id, revision, str(folder))
     assert result == {"class": "TinyImageProcessor", "scale": 0.5}
+
+
+def test_a_router_models_sub_modules_are_locked_and_load_offline(hub: Hub, tmp_path: Path
+                                                                ) -> None:
+    """sentence-transformers' Router (asymmetric query/document encoders) keeps each route's
+    modules in folders modules.json does not list (`query_0_Transformer/`, named in
+    router_config.json): their weights are locked, and the model encodes queries and
+    documents offline as the full save does. Seen failing (the routes' model.safetensors
+    left out, the offline load failing) before the rule followed router_config.json."""
+    from sentence_transformers import SentenceTransformer, models
+
+    query = models.Transformer(str(tiny_bert(tmp_path / "q")), max_seq_length=16)
+    document = models.Transformer(str(tiny_bert(tmp_path / "d")), max_seq_length=16)
+    router = models.Router.for_query_document(query_modules=[query],
+                                              document_modules=[document])
+    full = tmp_path / "full"
+    SentenceTransformer(modules=[router, models.Pooling(16)]).save(str(full))
+    extra = {"onnx/model.onnx": b"\x08" * 3000}
+    repo_id, files = publish(hub, "router", full, "sentence-transformers", extra)
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id)
+    locked = {f.path for f in read_lock(project / "weights.lock").repos[0].files}
+    assert locked == {p for p in files if p not in extra}
+    assert {"query_0_Transformer/model.safetensors",
+            "document_0_Transformer/model.safetensors"} <= locked
+    result = offline("""
+        import json, sys
+        from sentence_transformers import SentenceTransformer
+        repo, revision, full = sys.argv[1:4]
+        locked, whole = SentenceTransformer(repo, revision=revision), SentenceTransformer(full)
+        text = ["the cat sat on the mat"]
+        same = bool((locked.encode_query(text) == whole.encode_query(text)).all()) and bool(
+            (locked.encode_document(text) == whole.encode_document(text)).all())
+        print(json.dumps({"same": same}))
+    """, cache, repo_id, revision, str(full))
+    assert result == {"same": True}

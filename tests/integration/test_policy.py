@@ -464,3 +464,29 @@ def test_a_policy_that_is_not_one_is_exit_4_at_its_line(tmp_path: Path) -> None:
     assert result.stderr.startswith(
         f"error: {project}/weights.toml:{line}: `tool.wlock.policy.pickle`: 'maybe' is not a "
         "pickle policy"), result.stderr
+
+
+@pytest.mark.parametrize("loader", ["all", None])
+def test_loader_all_follows_auto_map_to_remote_code(hub: Hub, tmp_path: Path,
+                                                    loader: str | None) -> None:
+    """`loader = "all"` (and an entry without a loader) takes every file and still runs the
+    remote-code step: the other repo's code is required and locked, and `remote-code =
+    "deny"` refuses it. Seen failing (exit 0, no requirement) with the step skipped."""
+    code = hub.unique_id("code-all")
+    hub.builder.commit("model", code, {"modeling_x.py": b"class XConfig: pass\n"})
+    repo_id = hub.unique_id("remote-all")
+    hub.builder.commit("model", repo_id, {
+        "config.json": json.dumps({"auto_map": {
+            "AutoConfig": f"{code}--modeling_x.XConfig"}}).encode(),
+        "model.safetensors": b"\0" * 64})
+    entry = f'[[model]]\nid = "{repo_id}"\n' + (f'loader = "{loader}"\n' if loader else "")
+    project = policy_project(tmp_path / "a", entries=entry)
+    locked = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert locked.code == 0, locked.stderr
+    lock = read_lock(project / "weights.lock")
+    assert lock.find("model", code) is not None
+    assert code in lock.find("model", repo_id).requires  # type: ignore[union-attr]
+    with (project / "weights.toml").open("a") as f:
+        f.write('\n[tool.wlock.policy]\nremote-code = "deny"\n')
+    denied = run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project)
+    assert denied.code == 7 and "the policy denies remote code" in denied.stderr

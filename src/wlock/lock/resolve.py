@@ -108,9 +108,12 @@ def pick(snap: RemoteSnapshot, loader: str | None, options: Options,
     """Apply `loader`'s rule to a listed repo. Raises LoaderProblem when it cannot choose."""
     from wlock.lock.loaders import select
 
-    if loader is None or loader == "all":
-        return Picked(snap, snap.files)
-    choice = select(loader, snap.files,
+    if (loader is None or loader == "all") and snap.kind == "dataset":
+        return Picked(snap, snap.files)  # data files: no config names code to run
+    # A model's `all` (or no loader) takes every file, and still follows every auto_map to
+    # the code a trust_remote_code load runs (issue 47): the policy judges it as for any
+    # loader, and code in another repo is required and locked.
+    choice = select(loader or "all", snap.files,
                     lambda path: read_file(snap.kind, snap.hub_id, snap.revision, path), options)
     return Picked(snap, tuple(f for f in snap.files if f.path in choice.paths),
                   choice.requires, choice.notes, choice.code)

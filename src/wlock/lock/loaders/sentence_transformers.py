@@ -4,8 +4,12 @@ Mirrors sentence-transformers' `SentenceTransformer._load_sbert_model`: it reads
 modules.json and config_sentence_transformers.json, then loads each module from its `path`;
 the `Transformer` module is a transformers model in that folder (the transformers rule
 there), every other module (Pooling, Dense, Normalize) reads its folder's files and, for
-Dense, `model.safetensors` else `pytorch_model.bin`. Every file but what `loaders.unread`
-names is kept. Without modules.json it builds a
+Dense, `model.safetensors` else `pytorch_model.bin`. A `Router` (asymmetric query/document
+encoders, and the sparse encoders built on them; `Asym` before it) keeps its sub-modules in
+folders modules.json does not list: `Router.load` reads `router_config.json` (else the
+legacy `config.json`) in its folder and loads each of its `types` from the folder named by
+its id, each as a module of its own (a Transformer, a Dense, a Router again). Every file
+but what `loaders.unread` names is kept. Without modules.json it builds a
 transformers model with mean pooling (`_load_auto_model`). The `onnx/` and `openvino/`
 exports are read only with `backend="onnx"`/`"openvino"`: not locked.
 """
@@ -38,17 +42,41 @@ def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
     requires: list[Requirement] = []
     notes: list[str] = []
     code: list[str] = []
-    for folder, kind in listed:
-        prefix = f"{folder}/" if folder else ""
+    pending = [(f"{folder}/" if folder else "", kind) for folder, kind in listed]
+    seen: set[str] = set()
+    while pending:
+        prefix, kind = pending.pop(0)
+        if prefix in seen:  # a config naming a folder twice, or itself
+            continue
+        seen.add(prefix)
         if kind.endswith(".Transformer"):
             sub = transformers.select_in(paths, prefix, read, variant)
             chosen |= sub.paths
             requires += [r for r in sub.requires if r not in requires]
             notes += sub.notes
             code += sub.code
+        elif (routes := _routes(paths, prefix, read)) is not None:
+            pending += routes
         else:
             chosen |= set(weights(paths, prefix, transformers.NAMES, read) or ())
     # Every other file, in any folder, but what loaders.unread names: a module's own files
     # (a CLIP module's preprocessor, a Router's config) are read by code no list keeps up with.
     return Choice(beside(paths, chosen), tuple(requires), tuple(notes),
                   tuple(sorted(set(code))))
+
+
+def _routes(paths: frozenset[str], prefix: str, read: Read) -> list[tuple[str, str]] | None:
+    """The sub-modules of a Router (or Asym) module in `prefix`: `(folder/, type)` for each of
+    the `types` of its config, as `Router.load` reads them; None when the folder holds no
+    such config (not a Router)."""
+    for name in ("router_config.json", "config.json"):
+        if prefix + name not in paths:
+            continue
+        try:
+            types = json.loads(read(prefix + name)).get("types")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(types, dict) and types:
+            return [(f"{prefix}{str(model_id).strip('/')}/", str(kind))
+                    for model_id, kind in types.items()]
+    return None
