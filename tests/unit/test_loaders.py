@@ -154,6 +154,37 @@ def test_transformers_keeps_every_file_it_might_read_and_leaves_out_only_what_it
         "tokenizer_config.json"]
 
 
+def test_a_pickle_a_library_reads_by_name_is_kept_whatever_its_suffix() -> None:
+    """Qwen2.5-Omni's from_pretrained reads `spk_dict.pt` beside the weights: a pickle is
+    left out only under a name libraries save weights by (issue 47). Seen failing (left out
+    as "a pickle") with every `.pt`/`.bin` taken for the weights."""
+    paths = listing(  # Qwen/Qwen2.5-Omni-7B, and the copies a repo may carry beside it
+        "config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json", "spk_dict.pt", "preprocessor_config.json",
+        "pytorch_model.bin", "pytorch_model-00001-of-00002.bin", "model.fp16.bin",
+        "consolidated.00.pth", "sd-v1.ckpt", "adapter_model.bin", "training_args.bin",
+        "voices/speaker_embeddings.pkl")
+    reader = Reader({"model.safetensors.index.json": {"weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}})
+    choice = select("transformers", paths, reader)
+    assert sorted(choice.paths) == [
+        "config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+        "model.safetensors.index.json", "preprocessor_config.json", "spk_dict.pt",
+        "voices/speaker_embeddings.pkl"]
+
+
+def test_no_index_without_its_shards_and_no_half_export() -> None:
+    """A variant's index (`.index.fp16.json`) not chosen is left out with its shards, and
+    an OpenVINO export at the top (`openvino_model.xml` + `.bin`) is both or neither."""
+    paths = listing(
+        "config.json", "model.safetensors", "model.safetensors.index.fp16.json",
+        "model-00001-of-00002.fp16.safetensors", "model.safetensors.index.fp32.json",
+        "openvino_model.xml", "openvino_model.bin", "openvino_tokenizer.xml",
+        "openvino_tokenizer.bin", "tokenizer.json")
+    choice = select("transformers", paths, Reader({}))
+    assert sorted(choice.paths) == ["config.json", "model.safetensors", "tokenizer.json"]
+
+
 MINILM = (  # sentence-transformers/all-MiniLM-L6-v2
     ".gitattributes", "1_Pooling/config.json", "README.md", "config.json",
     "config_sentence_transformers.json", "data_config.json", "model.safetensors",

@@ -281,11 +281,18 @@ _WEIGHT_KINDS = (
     (re.compile(r"\.msgpack$"), "Flax weights"),
     (re.compile(r"\.ot$"), "rust-bert weights"),
     (re.compile(r"(^|/)onnx/|\.onnx(_data)?$"), "an ONNX export"),
-    (re.compile(r"(^|/)openvino/"), "an OpenVINO export"),
+    # An export is both its files or neither: `openvino_model.xml` names its `.bin`.
+    (re.compile(r"(^|/)openvino/|(^|/)openvino_[\w-]*\.(xml|bin)$"), "an OpenVINO export"),
     (re.compile(r"(^|/)coreml/|\.mlpackage|\.mlmodel"), "a Core ML export"),
     (re.compile(r"(^|/)original/"), "the original checkpoint (another copy of the weights)"),
     (re.compile(r"\.gguf$"), "a GGUF file"),
-    (re.compile(r"\.(bin|pt|pth|ckpt|pkl)$"), "a pickle"),
+    # A pickle is a copy of the weights only under a name the libraries save weights by
+    # (transformers' WEIGHTS_NAME and its shards and variants, diffusers', peft's, open_clip's,
+    # a Lightning or single-file `.ckpt`, Meta's `consolidated.NN.pth`): a pickle of another
+    # name is data a library reads by name (Qwen2.5-Omni's `spk_dict.pt`), kept (issue 47).
+    (re.compile(r"(^|/)(pytorch_model|diffusion_pytorch_model|adapter_model|model|"
+                r"open_clip_pytorch_model|pytorch_lora_weights|consolidated)"
+                r"([.-][\w.-]*)?\.(bin|pt|pth)$|\.ckpt$"), "a pickle of the weights"),
     (re.compile(r"\.safetensors$"), "safetensors weights"),
 )
 
@@ -313,7 +320,9 @@ def unread(path: str) -> str | None:
     what to keep is always one short, issue 37)."""
     if (kind := describe(path)) is not None:
         return kind
-    if path.endswith(".index.json"):
+    # `model.safetensors.index.json`, and a variant's (`model.safetensors.index.fp16.json`,
+    # transformers' _add_variant): never without the shards it names (issue 37, 47).
+    if re.search(r"\.index(\.[\w-]+)?\.json$", path):
         return "an index of weights the loader did not choose"
     if _TRAINING.search(path):
         return "a training artefact (optimizer, scheduler, RNG state, training arguments)"
