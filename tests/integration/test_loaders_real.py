@@ -572,3 +572,34 @@ def test_a_router_models_sub_modules_are_locked_and_load_offline(hub: Hub, tmp_p
         print(json.dumps({"same": same}))
     """, cache, repo_id, revision, str(full))
     assert result == {"same": True}
+
+
+def test_a_single_diffusers_component_is_locked_and_loads_offline(hub: Hub, tmp_path: Path
+                                                                 ) -> None:
+    """A repo holding one diffusers model (a VAE, as `AutoencoderKL.save_pretrained` writes
+    it, with an fp16 variant and a pickle copy beside it): locked by the diffusers loader
+    (it was refused: "no model_index.json"), one format of the weights, and loaded offline
+    by its class at the locked commit with the full save's tensors."""
+    from diffusers import AutoencoderKL
+
+    torch.manual_seed(0)
+    vae = AutoencoderKL(block_out_channels=(8,), norm_num_groups=4, latent_channels=2,
+                        sample_size=8)
+    full = tmp_path / "full"
+    vae.save_pretrained(full)
+    vae.to(torch.float16).save_pretrained(full, variant="fp16")
+    extra = {"diffusion_pytorch_model.bin": b"\x80" * 3000}
+    repo_id, _ = publish(hub, "vae", full, "diffusers", extra)
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id)
+    locked = sorted(f.path for f in read_lock(project / "weights.lock").repos[0].files)
+    assert locked == ["config.json", "diffusion_pytorch_model.safetensors"]
+    result = offline("""
+        import json, sys, torch
+        from diffusers import AutoencoderKL
+        repo, revision, full = sys.argv[1:4]
+        a = AutoencoderKL.from_pretrained(repo, revision=revision).state_dict()
+        b = AutoencoderKL.from_pretrained(full).state_dict()
+        print(json.dumps({"same": a.keys() == b.keys() and all(
+            torch.equal(a[k], b[k]) for k in a)}))
+    """, cache, repo_id, revision, str(full))
+    assert result == {"same": True}

@@ -389,3 +389,18 @@ def test_mmproj_false_leaves_the_projector_out_and_needs_the_gguf_loader(tmp_pat
     manifest.write_text('[[model]]\nid = "acme/bert"\nloader = "transformers"\nmmproj = false\n')
     with pytest.raises(InvalidFileError, match="`mmproj` is the gguf loader's"):
         read_manifest(manifest)
+
+
+def test_a_lora_repo_locks_the_weights_load_lora_weights_reads() -> None:
+    """diffusers' load_lora_weights(id): pytorch_lora_weights.safetensors, else the .bin,
+    else the one .safetensors file (issue 47: such repos were refused)."""
+    both = listing("README.md", "pytorch_lora_weights.safetensors", "pytorch_lora_weights.bin",
+                   "image_0.png")
+    assert sorted(select("diffusers", both, Reader({})).paths) == [
+        "README.md", "image_0.png", "pytorch_lora_weights.safetensors"]
+    one = listing("README.md", "pixel-art-xl.safetensors")
+    assert sorted(select("diffusers", one, Reader({})).paths) == [
+        "README.md", "pixel-art-xl.safetensors"]
+    assert detect_loader(None, ("README.md", "pytorch_lora_weights.safetensors")) == "diffusers"
+    with pytest.raises(LoaderProblem, match="not a repo diffusers loads"):
+        select("diffusers", listing("README.md", "a.safetensors", "b.safetensors"), Reader({}))

@@ -83,6 +83,10 @@ def detect_loader(library_name: str | None, paths: Iterable[str]) -> str:
             return loader
     if any(p.endswith(".gguf") for p in names):
         return "gguf"
+    # One diffusers component, or LoRA weights for a pipeline (diffusers' own file names).
+    if any(p.rsplit("/", 1)[-1].startswith(("diffusion_pytorch_model", "pytorch_lora_weights"))
+           for p in names):
+        return "diffusers"
     if "config.json" in names and any(
             p in names for p in ("model.safetensors", "pytorch_model.bin",
                                  "model.safetensors.index.json",
