@@ -221,3 +221,59 @@ def test_the_parquet_conversion_branch_is_a_ref_and_a_config_its_folder(
     assert result["locked"] == {"test": rows("plain_text", "test"),  # type: ignore[comparison-overlap]
                                 "train": rows("plain_text", "train")}
     assert run_wlock("check", "--cache-dir", str(cache), cwd=project).code == 0
+
+
+SPLITS = {"train": 8, "validation": 4, "test": 4}
+
+
+def pushed_card() -> str:
+    """The card `push_to_hub` writes: each config's data_files and its `dataset_info`
+    (features, and each split's num_examples, which load_dataset verifies)."""
+    lines = ["---", "dataset_info:"]
+    for config in ("en", "fr"):
+        lines += [f"- config_name: {config}", "  features:", "  - name: text",
+                  "    dtype: string", "  - name: label", "    dtype: int64", "  splits:"]
+        for split, n in SPLITS.items():
+            lines += [f"  - name: {split}", f"    num_bytes: {n * 20}", f"    num_examples: {n}"]
+        lines += ["  download_size: 4000", "  dataset_size: 320"]
+    lines.append("configs:")
+    for config in ("en", "fr"):
+        lines += [f"- config_name: {config}", "  data_files:"]
+        for split in SPLITS:
+            lines += [f"  - split: {split}", f"    path: {config}/{split}-*"]
+    return "\n".join([*lines, "---", "# pushed with push_to_hub", ""])
+
+
+def pushed() -> dict[str, bytes]:
+    files = {"README.md": pushed_card().encode()}
+    for config in ("en", "fr"):
+        for split, n in SPLITS.items():
+            data = rows(config, split, n)
+            if split == "train":  # two shards, as push_to_hub cuts a large split
+                files[f"{config}/train-00000-of-00002.parquet"] = parquet(data[:4])
+                files[f"{config}/train-00001-of-00002.parquet"] = parquet(data[4:])
+            else:
+                files[f"{config}/{split}-00000-of-00001.parquet"] = parquet(data)
+    return files
+
+
+@pytest.mark.parametrize(("config", "split"), [("en", "train"), ("fr", "validation"),
+                                               ("fr", None)])
+def test_a_pushed_dataset_locked_by_config_and_split_loads_offline(
+        hub: Hub, tmp_path: Path, config: str, split: str | None) -> None:
+    """A dataset as push_to_hub writes it (dataset_info in the card, two configs, three
+    splits, a split in two shards): load_dataset verifies every split of the config it
+    builds against dataset_info, so one split alone fails offline (ExpectedMoreSplitsError,
+    NonMatchingSplitsSizesError). The lock takes every split of the config asked for, says
+    why, and the load by config and split gives the full repo's rows. Seen failing with
+    only the split's files locked."""
+    repo_id, full = publish(hub, f"pushed-{config}-{split}", pushed(), tmp_path)
+    flags = ["--config", config] + (["--split", split] if split else [])
+    project, cache, said = add_and_sync(hub, tmp_path, repo_id, *flags)
+    mine = [p for p in locked_paths(project) if p.startswith(f"{config}/")]
+    assert mine == sorted(p for p in pushed() if p.startswith(f"{config}/"))
+    if split:
+        assert "dataset_info" in said and "every split" in said, said
+    result = offline(tmp_path, cache, project, repo_id, full,
+                     {"name": [config], "kw": {"split": split} if split else {}})
+    assert result["locked"] == result["full"]

@@ -317,7 +317,17 @@ def select(paths: frozenset[str], read: Read, config: str | None = None,
         if missing or not wanted:
             raise LoaderProblem(f"{where} has no split {', '.join(missing) or repr(split)}",
                                 f"Its splits: {', '.join(patterns)}.")
-        patterns = {s: patterns[s] for s in wanted}
+        recorded = recorded_splits(data, name if found else None)
+        if recorded and set(patterns) - set(wanted):
+            # load_dataset(..., split=) still prepares every split of the config and, with
+            # the card's dataset_info, verifies each against it (`verify_splits`: a split
+            # missing is ExpectedMoreSplitsError, one short of rows
+            # NonMatchingSplitsSizesError): one split alone does not load.
+            notes.append(f"split {split!r} asked, but the card's dataset_info records "
+                         f"{', '.join(recorded)} of {where} and load_dataset verifies every "
+                         "split it prepares: every split's files locked")
+        else:
+            patterns = {s: patterns[s] for s in wanted}
     chosen: set[str] = set()
     for split_name, globs in patterns.items():
         if not isinstance(globs, list) or not all(isinstance(g, str) for g in globs):
@@ -338,6 +348,26 @@ def select(paths: frozenset[str], read: Read, config: str | None = None,
                                 "Pin another ref, or use `loader = \"all\"`.")
     chosen |= _inference(found, paths, chosen, notes, sizes or {})
     return Choice(frozenset(chosen | {p for p in METADATA if p in paths}), notes=tuple(notes))
+
+
+def recorded_splits(data: dict[str, Any], config: str | None) -> list[str]:
+    """The splits the card's `dataset_info` records for `config` (push_to_hub writes one
+    entry per config, each with its `config_name`; one config's is a mapping), [] without.
+    As `DatasetInfosDict.from_dataset_card_data` reads it."""
+    info = data.get("dataset_info")
+    entries = info if isinstance(info, list) else [info] if isinstance(info, dict) else []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("config_name", "default") not in (config, None) and not (
+                config is None and len(entries) == 1):
+            continue
+        splits = entry.get("splits")
+        if isinstance(splits, list):
+            return [str(s["name"]) for s in splits if isinstance(s, dict) and "name" in s]
+        if isinstance(splits, dict):
+            return [str(name) for name in splits]
+    return []
 
 
 def _inference(found: dict[str, dict[str, Any]], paths: frozenset[str], chosen: set[str],
