@@ -254,10 +254,16 @@ def test_an_adapter_and_its_base_load_offline_under_wlock_run(
     assert got == pytest.approx(expected, abs=1e-5)
 
 
-def test_gguf_selection_is_one_quantization_read_back_offline(hub: Hub, tmp_path: Path) -> None:
+@pytest.mark.parametrize("projector", ["mmproj-tiny-f16.gguf", "vision/mmproj-tiny-f16.gguf",
+                                       "tiny-vision-encoder-f16.gguf"])
+def test_gguf_selection_is_one_quantization_read_back_offline(hub: Hub, tmp_path: Path,
+                                                              projector: str) -> None:
     """GGUF files written by llama.cpp's own gguf package, one per quantization; the lock
     takes the one `--variant` names, and its tensors read back offline as llama.cpp's
-    `Llama.from_pretrained` fetches it (hf_hub_download of that file)."""
+    `Llama.from_pretrained` fetches it (hf_hub_download of that file). The vision projector
+    is known by its header (`general.architecture = "clip"`), whatever its name or folder,
+    and locked with the quantization (seen failing for the third name, taken for a
+    quantization and left out, while the rule went by `mmproj*`)."""
     gguf = pytest.importorskip("gguf")
     import numpy as np
 
@@ -268,7 +274,8 @@ def test_gguf_selection_is_one_quantization_read_back_offline(hub: Hub, tmp_path
     for name, kind in (("F32", None), ("F16", "f16"), ("Q8_0", gguf.GGMLQuantizationType.Q8_0),
                        ("mmproj", "f16")):
         # The last: a vision model's projector, as llama.cpp's converter names it (clip).
-        file = "mmproj-tiny-f16.gguf" if name == "mmproj" else f"tiny.{name}.gguf"
+        file = projector if name == "mmproj" else f"tiny.{name}.gguf"
+        (full / file).parent.mkdir(parents=True, exist_ok=True)
         writer = gguf.GGUFWriter(str(full / file), "clip" if name == "mmproj" else "llama")
         writer.add_block_count(1)
         if kind is None:
@@ -287,20 +294,20 @@ def test_gguf_selection_is_one_quantization_read_back_offline(hub: Hub, tmp_path
     project, cache, revision = add_and_sync(hub, tmp_path, repo_id, "--variant", "Q8_0")
     locked = sorted(f.path for f in read_lock(project / "weights.lock").repos[0].files)
     # The projector with the quantization chosen: llama.cpp needs it with any (issue 37).
-    assert locked == ["README.md", "mmproj-tiny-f16.gguf", "tiny.Q8_0.gguf"]
+    assert locked == sorted(["README.md", projector, "tiny.Q8_0.gguf"])
     result = offline("""
         import json, sys
         import numpy as np
         from gguf import GGUFReader
         from huggingface_hub import hf_hub_download
-        repo, revision, full = sys.argv[1:4]
+        repo, revision, full, projector = sys.argv[1:5]
         path = hf_hub_download(repo, "tiny.Q8_0.gguf", revision=revision)
         a = GGUFReader(path).tensors[0]
         b = GGUFReader(full + "/tiny.Q8_0.gguf").tensors[0]
-        proj = GGUFReader(hf_hub_download(repo, "mmproj-tiny-f16.gguf", revision=revision))
+        proj = GGUFReader(hf_hub_download(repo, projector, revision=revision))
         print(json.dumps({"same": bool(np.array_equal(a.data, b.data)),
                           "type": a.tensor_type.name, "projector": proj.tensors[0].tensor_type.name}))
-    """, cache, repo_id, revision, str(full))
+    """, cache, repo_id, revision, str(full), projector)
     assert result == {"same": True, "type": "Q8_0", "projector": "F16"}
 
 

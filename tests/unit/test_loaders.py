@@ -38,6 +38,8 @@ class Reader:
         self.read.append(path)
         if path not in self.files and path.rsplit("/", 1)[-1] in AUTO_MAP_CONFIGS:
             return b"{}"  # a config the remote-code pass reads; no auto_map in it
+        if path not in self.files and path.endswith(".gguf"):
+            return b""  # a GGUF head that is none: the gguf rule goes by the name
         return self.files[path]
 
 
@@ -404,3 +406,28 @@ def test_a_lora_repo_locks_the_weights_load_lora_weights_reads() -> None:
     assert detect_loader(None, ("README.md", "pytorch_lora_weights.safetensors")) == "diffusers"
     with pytest.raises(LoaderProblem, match="not a repo diffusers loads"):
         select("diffusers", listing("README.md", "a.safetensors", "b.safetensors"), Reader({}))
+
+
+def test_the_gguf_header_is_read_as_far_as_the_head_reaches(tmp_path: Path) -> None:
+    """gguf_header over a file llama.cpp's own writer made, whole and cut short."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    from wlock.lock.loaders.gguf import gguf_header
+
+    path = tmp_path / "vision.gguf"
+    writer = gguf.GGUFWriter(str(path), "clip")
+    writer.add_string("general.type", "mmproj")
+    writer.add_array("tokens", ["a"] * 1000)
+    writer.add_tensor("w", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    data = path.read_bytes()
+    whole = gguf_header(data)
+    assert whole is not None and whole["general.architecture"] == "clip"
+    assert whole["general.type"] == "mmproj" and "tokens" in whole
+    cut = gguf_header(data[:200])  # ends inside the token list: what came before stands
+    assert cut is not None and cut["general.architecture"] == "clip" and "tokens" not in cut
+    assert gguf_header(b"PK\x03\x04" + bytes(100)) is None

@@ -47,6 +47,9 @@ MAX_TIMEOUT_ATTEMPTS = 2
 # snapshot_download lists the paged tree for any repo past 1,000 files (PR #3565).
 SIBLINGS_TRUSTED = 1000
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+# What the gguf rule reads of a GGUF file: its header's first keys (general.architecture,
+# general.type) come first, well within this.
+GGUF_HEAD = 64 * 1024
 DEFAULT_TIMEOUT = 30.0
 
 
@@ -409,11 +412,16 @@ class HubClient:
     def read_file(self, kind: RepoKind, repo_id: str, revision: str, path: str) -> bytes:
         """The bytes of one small file at a commit (an index, modules.json): what a loader's
         rule reads to choose. Through huggingface_hub's own download (its redirects, and the
-        token kept from other hosts) into a folder that is gone when this returns.
+        token kept from other hosts) into a folder that is gone when this returns. Of a GGUF
+        file, only its first GGUF_HEAD bytes (its header's metadata, what the gguf rule
+        reads), with an HTTP range.
 
         Raises a HubError subclass (exit 5) naming the repo.
         """
         import tempfile
+
+        if path.endswith(".gguf"):
+            return self._head(kind, repo_id, revision, path, GGUF_HEAD)
 
         with tempfile.TemporaryDirectory(prefix="wlock-read-") as folder:
             local = self._with_retries(
@@ -423,6 +431,37 @@ class HubClient:
                     etag_timeout=self.timeout), route="resolvers")
             with open(str(local), "rb") as f:
                 return f.read()
+
+    def _head(self, kind: RepoKind, repo_id: str, revision: str, path: str, size: int
+              ) -> bytes:
+        """The first `size` bytes of a file (fewer for a shorter file), through the rate
+        budget: a range the server may ignore (then the body is read no further)."""
+        prefix = "datasets/" if kind == "dataset" else ""
+        url = f"{self.endpoint}/{prefix}{repo_id}/resolve/{revision}/{quote(path)}"
+        what = f"{kind} {repo_id}: {path}"
+        attempt = 0
+        while True:
+            self.budget.before(url, what)
+            with self._range_client().stream(
+                    "GET", url, headers={"Range": f"bytes=0-{size - 1}"}) as response:
+                hub_answer = response.history[0] if response.history else response
+                if self.budget.after(url, hub_answer.status_code, hub_answer.headers,
+                                     what) is not None:
+                    continue
+                status = response.status_code
+                if status in (200, 206):
+                    body = bytearray()
+                    for chunk in response.iter_bytes():
+                        body += chunk
+                        if len(body) >= size:
+                            break
+                    return bytes(body[:size])
+                attempt += 1
+                if not is_transient(status) or attempt >= MAX_TRANSPORT_ATTEMPTS:
+                    raise hub_error(status, response.headers.get("X-Error-Code"), kind=kind,
+                                    repo_id=repo_id, endpoint=self.endpoint, attempts=attempt,
+                                    about=path, authenticated=self._authenticated())
+            self._sleep(retry_delay(attempt, None))
 
     def _other_kind(self, kind: RepoKind, repo_id: str, error: RepoNotFoundError
                     ) -> RepoNotFoundError:
