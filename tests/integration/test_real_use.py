@@ -360,3 +360,49 @@ def test_snapshot_path_says_what_to_do_when_the_commit_is_not_synced(
     assert ran.returncode == 1
     assert "NotSyncedError: model acme/tiny-bert @ " in ran.stderr
     assert "is not in the cache at" in ran.stderr
+
+
+def test_lint_fix_writes_the_readmes_offline_dataset_load_and_it_runs(
+        hub: Hub, tmp_path: Path) -> None:
+    """Lint agrees with the README (issue 47): `load_dataset(str(wlock.snapshot_path(id)))`
+    and `revision=rev` after `rev = wlock.revision(id)` are pinned, not findings; `--fix` of
+    `load_dataset(id, split=...)` writes that folder form (it wrote a `revision=`, which
+    fails offline), and the fixed script loads under `wlock run` with the real datasets."""
+    import json
+
+    dataset_id = hub.unique_id("fix-me")
+    hub.builder.commit("dataset", dataset_id, {
+        "data/train.jsonl": b"".join(json.dumps({"n": n}).encode() + b"\n" for n in range(3)),
+        "README.md": b"# fix me\n"})
+    project = locked(hub, tmp_path, f'[[dataset]]\nid = "{dataset_id}"\n\n'
+                     '[[model]]\nid = "acme/tiny-bert"\ninclude = ["*.json", "*.txt"]\n')
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    (project / "readme_forms.py").write_text(
+        "import wlock\n"
+        "from datasets import load_dataset\n"
+        "from transformers import AutoConfig\n"
+        f"data = load_dataset(str(wlock.snapshot_path({dataset_id!r})), split='train')\n"
+        "rev = wlock.revision('acme/tiny-bert')\n"
+        "config = AutoConfig.from_pretrained('acme/tiny-bert', revision=rev)\n")
+    clean = run_wlock("lint", "readme_forms.py", cwd=project)
+    assert clean.code == 0, clean.stdout + clean.stderr
+    (project / "train.py").write_text(
+        "from datasets import load_dataset\n"
+        f"data = load_dataset({dataset_id!r}, split='train')\n"
+        "print(len(data), data[2]['n'])\n")
+    found = run_wlock("lint", "train.py", cwd=project)
+    assert found.code == 1 and "WL101" in found.stdout
+    assert "wlock.snapshot_path" in found.stdout
+    fixed = run_wlock("lint", "--fix", "train.py", cwd=project)
+    assert fixed.code == 0, fixed.stdout + fixed.stderr
+    assert f"load_dataset(str(wlock.snapshot_path({dataset_id!r})), split='train')" in (
+        project / "train.py").read_text()
+    assert run_wlock("lint", "train.py", cwd=project).code == 0
+    hub.process.reset_stats()
+    ran = run_wlock("run", "--cache-dir", str(cache), "--", sys.executable, "train.py",
+                    cwd=project, env={"HF_DATASETS_CACHE": str(tmp_path / "datasets-cache")})
+    assert ran.code == 0, ran.stderr[-3000:]
+    assert ran.stdout.split() == ["3", "2"]
+    assert requests(hub) == 0

@@ -21,6 +21,14 @@ FILES = (
 )
 
 
+
+def plan(*args, **kwargs):  # type: ignore[no-untyped-def]
+    """plan_lock with a reader of configs that name no remote code: a model's `all` loader
+    reads its configs' auto_map (issue 47)."""
+    kwargs.setdefault("read_file", lambda *a: b"{}")
+    return plan_lock(*args, **kwargs)
+
+
 def test_select_files_follows_snapshot_download_globs() -> None:
     kept, unmatched = select_files(FILES, ("*.json", "onnx/"), ())
     assert [f.path for f in kept] == ["config.json", "onnx/model.onnx"]
@@ -47,11 +55,11 @@ def test_a_loaders_entry_with_include_locks_the_file_and_stays_fresh(tmp_path: P
     m = manifest(tmp_path, '[[model]]\nid = "acme/a"\nloader = "transformers"\n'
                  'include = ["onnx/"]\n')
     hub = FakeHub()
-    first = plan_lock(m, None, hub, read_file=lambda *a: b"{}").lock
+    first = plan(m, None, hub, read_file=lambda *a: b"{}").lock
     assert [f.path for f in first.repos[0].files] == [
         "config.json", "model.safetensors", "onnx/model.onnx"]
     hub.calls.clear()
-    again = plan_lock(m, first, hub, read_file=lambda *a: b"{}")
+    again = plan(m, first, hub, read_file=lambda *a: b"{}")
     assert hub.calls == [] and again.lock == first  # not re-resolved at every lock
 
 
@@ -76,7 +84,7 @@ def test_a_lock_reads_each_small_file_once(tmp_path: Path) -> None:
         return RemoteSnapshot(kind=entry.kind, hub_id=entry.id, revision=C1, files=files)
 
     m = manifest(tmp_path, '[[model]]\nid = "acme/a"\nloader = "transformers"\n')
-    plan_lock(m, None, snapshot, read_file=read,
+    plan(m, None, snapshot, read_file=read,
               scan_pickle=lambda kind, repo_id, revision, f: PickleScan(f.path, (), False))
     assert reads.count("pytorch_model.bin.index.json") == 1, reads
     assert reads.count("config.json") == 1, reads
@@ -102,34 +110,34 @@ def manifest(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
 def test_pins_are_kept_until_asked_to_move(tmp_path: Path) -> None:
     m = manifest(tmp_path, '[[model]]\nid = "acme/a"\n[[model]]\nid = "acme/b"\n')
     hub = FakeHub()
-    first = plan_lock(m, None, hub).lock
+    first = plan(m, None, hub).lock
     assert hub.calls == ["acme/a", "acme/b"]
     hub.heads = {"acme/a": C2, "acme/b": C2}
     hub.calls.clear()
-    again = plan_lock(m, first, hub)
+    again = plan(m, first, hub)
     assert hub.calls == [] and again.lock == first and again.changes == ()
-    one = plan_lock(m, first, hub, upgrade_packages=["acme/b"])
+    one = plan(m, first, hub, upgrade_packages=["acme/b"])
     assert hub.calls == ["acme/b"]
     assert [c.render() for c in one.changes] == ["acme/b  main  1111111 -> 2222222"]
-    every = plan_lock(m, first, hub, upgrade=True)
+    every = plan(m, first, hub, upgrade=True)
     assert {r.revision for r in every.lock.repos} == {C2}
 
 
 def test_changed_entry_is_re_resolved_and_removed_one_reported(tmp_path: Path) -> None:
     hub = FakeHub()
-    first = plan_lock(manifest(tmp_path, '[[model]]\nid = "acme/a"\n[[model]]\nid = "acme/b"\n'),
+    first = plan(manifest(tmp_path, '[[model]]\nid = "acme/a"\n[[model]]\nid = "acme/b"\n'),
                       None, hub).lock
     hub.calls.clear()
     hub.heads["acme/a"] = C2  # the branch moved on the Hub since the lock was made
     m2 = manifest(tmp_path, '[[model]]\nid = "acme/a"\ninclude = ["*.json"]\n')
-    result = plan_lock(m2, first, hub)
+    result = plan(m2, first, hub)
     assert hub.calls == ["acme/a"]
     assert [f.path for f in result.lock.repos[0].files] == ["config.json"]
     # Only the globs changed: the files are re-selected at the locked commit, the pin stays.
     assert result.lock.repos[0].revision == C1
     # A changed ref does move it.
     m3 = manifest(tmp_path, '[[model]]\nid = "acme/a"\nref = "v2"\ninclude = ["*.json"]\n')
-    assert plan_lock(m3, result.lock, hub).lock.repos[0].revision == C2
+    assert plan(m3, result.lock, hub).lock.repos[0].revision == C2
     assert [c.render() for c in result.changes] == [
         "acme/a  main  1111111 (kept; files re-selected)", "acme/b  main  1111111 -> (removed)"]
 
@@ -137,7 +145,7 @@ def test_changed_entry_is_re_resolved_and_removed_one_reported(tmp_path: Path) -
 def test_glob_matching_nothing_names_the_line(tmp_path: Path) -> None:
     m = manifest(tmp_path, '[[model]]\nid = "acme/a"\nref = "main"\nexclude = ["*.gguf"]\n')
     with pytest.raises(InvalidFileError) as excinfo:
-        plan_lock(m, None, FakeHub())
+        plan(m, None, FakeHub())
     assert str(excinfo.value) == (
         f"{tmp_path}/weights.toml:4: `model.exclude`: '*.gguf' matches no file of acme/a at 1111111"
     )
@@ -149,7 +157,7 @@ def test_of_several_globs_matching_nothing_the_first_in_the_manifest_is_named(
     m = manifest(tmp_path, '[[model]]\nid = "acme/a"\ninclude = ["*.json", "*.bin"]\n'
                  'exclude = ["*.gguf"]\n')
     with pytest.raises(InvalidFileError) as excinfo:
-        plan_lock(m, None, FakeHub())
+        plan(m, None, FakeHub())
     assert str(excinfo.value) == (
         f"{tmp_path}/weights.toml:3: `model.include`: '*.bin' matches no file of acme/a at 1111111"
     )
@@ -158,11 +166,11 @@ def test_of_several_globs_matching_nothing_the_first_in_the_manifest_is_named(
 def test_upgrade_package_must_be_in_the_manifest(tmp_path: Path) -> None:
     m = manifest(tmp_path, '[[model]]\nid = "acme/a"\n')
     with pytest.raises(UsageError, match="--upgrade-package acme/zzz: not in"):
-        plan_lock(m, None, FakeHub(), upgrade_packages=["acme/zzz"])
+        plan(m, None, FakeHub(), upgrade_packages=["acme/zzz"])
 
 
 def test_diff_of_identical_locks_is_empty(tmp_path: Path) -> None:
-    lock = plan_lock(manifest(tmp_path, '[[model]]\nid = "acme/a"\n'), None, FakeHub()).lock
+    lock = plan(manifest(tmp_path, '[[model]]\nid = "acme/a"\n'), None, FakeHub()).lock
     assert diff_locks(lock, lock) == ()
     assert [c.render() for c in diff_locks(None, lock)] == ["acme/a  main  (new) -> 1111111"]
 
@@ -175,10 +183,10 @@ def test_a_merge_keeps_only_the_side_locked_as_weights_toml_asks(
     weights.toml says `include = ["onnx/"]`: only the side locked that way is kept, however
     the other side's globs sort against it."""
     hub = FakeHub()
-    theirs = plan_lock(manifest(tmp_path, '[[model]]\nid = "acme/a"\ninclude = ["onnx/"]\n'),
+    theirs = plan(manifest(tmp_path, '[[model]]\nid = "acme/a"\ninclude = ["onnx/"]\n'),
                        None, hub).lock
     hub.heads = {"acme/a": C2, "acme/b": C2}
-    ours = plan_lock(manifest(tmp_path, f'[[model]]\nid = "acme/a"\ninclude = {other}\n'),
+    ours = plan(manifest(tmp_path, f'[[model]]\nid = "acme/a"\ninclude = {other}\n'),
                      None, hub).lock
     merged = manifest(tmp_path, '[[model]]\nid = "acme/a"\ninclude = ["onnx/"]\n')
     lock, notes = merge_locks(merged, ours, theirs)
@@ -191,8 +199,8 @@ def test_a_merge_resolves_an_entry_neither_side_locks(tmp_path: Path) -> None:
     neither side locked: the two are kept, the third is left out of the merged lock, with a
     note, for the lock that follows to resolve."""
     hub = FakeHub()
-    ours = plan_lock(manifest(tmp_path, '[[model]]\nid = "acme/a"\n'), None, hub).lock
-    theirs = plan_lock(manifest(tmp_path, '[[model]]\nid = "acme/b"\n'), None, hub).lock
+    ours = plan(manifest(tmp_path, '[[model]]\nid = "acme/a"\n'), None, hub).lock
+    theirs = plan(manifest(tmp_path, '[[model]]\nid = "acme/b"\n'), None, hub).lock
     merged = manifest(tmp_path, '[[model]]\nid = "acme/a"\n\n[[model]]\nid = "acme/b"\n\n'
                       '[[model]]\nid = "acme/c"\n')
     lock, notes = merge_locks(merged, ours, theirs)
@@ -210,9 +218,9 @@ def test_files_added_or_removed_at_the_same_commit_are_a_change(
     """An entry's include widened or narrowed, its commit unchanged: the lock's files
     differ, and `wlock lock` lists the entry among its changes."""
     hub = FakeHub()
-    old = plan_lock(manifest(tmp_path, f'[[model]]\nid = "acme/a"\ninclude = {before}\n'),
+    old = plan(manifest(tmp_path, f'[[model]]\nid = "acme/a"\ninclude = {before}\n'),
                     None, hub).lock
-    new = plan_lock(manifest(tmp_path, f'[[model]]\nid = "acme/a"\ninclude = {after}\n'),
+    new = plan(manifest(tmp_path, f'[[model]]\nid = "acme/a"\ninclude = {after}\n'),
                     old, hub).lock
     assert old.repos[0].revision == new.repos[0].revision
     assert [c.id for c in diff_locks(old, new)] == ["acme/a"]
@@ -227,7 +235,7 @@ def test_a_pin_that_moved_is_a_change_whichever_way_the_commits_sort(
     hub = FakeHub()
     hub.heads = {"acme/a": first}
     m = manifest(tmp_path, '[[model]]\nid = "acme/a"\n')
-    old = plan_lock(m, None, hub).lock
+    old = plan(m, None, hub).lock
     hub.heads = {"acme/a": then}
-    new = plan_lock(m, old, hub, upgrade=True).lock
+    new = plan(m, old, hub, upgrade=True).lock
     assert [(c.id, c.old, c.new) for c in diff_locks(old, new)] == [("acme/a", first, then)]

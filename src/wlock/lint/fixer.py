@@ -91,7 +91,11 @@ def fix_source(text: str, findings: list[Finding]) -> tuple[str, int]:
             name = _dotted(original.func)
             pinned: cst.BaseExpression = updated
             for finding in self._findings(original):
-                if finding.param != "@" and finding.fix and finding.call == name:
+                if finding.param == "path" and finding.fix and finding.call == name:
+                    pinned = _set_path(pinned, finding.fix)
+                    applied += 1
+                    needs_import[0] = True
+                elif finding.param != "@" and finding.fix and finding.call == name:
                     pinned = _set_keyword(pinned, finding.param, finding.fix)
                     applied += 1
             return pinned
@@ -113,8 +117,65 @@ def fix_source(text: str, findings: list[Finding]) -> tuple[str, int]:
                 f"{_pin_string(value, finding.repo_id, finding.fix)}{quote}"
             )
 
+    needs_import = [False]  # a fix wrote wlock.snapshot_path(...)
     module = MetadataWrapper(cst.parse_module(text)).visit(Pin())
+    if needs_import[0] and not _imports_wlock(module):
+        module = _with_import(module)
     return module.code, applied
+
+
+def _set_path(call: Any, folder: str) -> Any:
+    """`load_dataset("org/name", revision=...)` -> `load_dataset(str(wlock.snapshot_path(
+    "org/name")))`: the id (first argument, or `path=`) wrapped as the locked commit's folder,
+    as written (a constant stays a constant), and the revision, which does not apply to a
+    folder, removed. `folder` is the form the finding shows."""
+    import libcst as cst
+
+    args = []
+    replaced = False
+    for i, arg in enumerate(call.args):
+        if arg.keyword is not None and arg.keyword.value == "revision":
+            continue
+        if not replaced and ((arg.keyword is None and i == 0) or (
+                arg.keyword is not None and arg.keyword.value == "path")):
+            written = cst.Module([]).code_for_node(arg.value)
+            arg = arg.with_changes(value=cst.parse_expression(
+                f"str(wlock.snapshot_path({written}))"))
+            replaced = True
+        args.append(arg)
+    if not replaced:
+        return call
+    if args and call.args and args[-1] is not call.args[-1]:
+        args[-1] = args[-1].with_changes(comma=call.args[-1].comma)
+    return call.with_changes(args=args)
+
+
+def _imports_wlock(module: Any) -> bool:
+    import libcst as cst
+
+    for statement in module.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.Import) and any(
+                    isinstance(a.name, cst.Name) and a.name.value == "wlock" and a.asname is None
+                    for a in small.names):
+                return True
+    return False
+
+
+def _with_import(module: Any) -> Any:
+    """`import wlock` after the module's last top-level import (or at its top)."""
+    import libcst as cst
+
+    body = list(module.body)
+    at = 0
+    for i, statement in enumerate(body):
+        if isinstance(statement, cst.SimpleStatementLine) and any(
+                isinstance(s, cst.Import | cst.ImportFrom) for s in statement.body):
+            at = i + 1
+    body.insert(at, cst.parse_statement("import wlock\n"))
+    return module.with_changes(body=body)
 
 
 def _pin_string(value: str, repo_id: str, commit: str) -> str:

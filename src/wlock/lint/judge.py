@@ -45,9 +45,14 @@ def judge(site: LoadSite, lock: Lock | None, settings: LintSettings) -> Finding 
     level = settings.level(code)
     if level == "off":
         return None
+    # A fix that is the locked commit's folder replaces the id (the `path` argument).
+    param = "path" if fix is not None and fix.startswith(FOLDER_FIX) else site.param
     return Finding(code=code, severity=level, path=site.path, cell=site.cell, line=site.line,
-                   col=site.col, call=site.call, repo_id=site.repo_id, param=site.param,
+                   col=site.col, call=site.call, repo_id=site.repo_id, param=param,
                    message=message, fix=fix, origin=site.origin)
+
+
+FOLDER_FIX = "str(wlock.snapshot_path("
 
 
 def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | None]:
@@ -83,6 +88,17 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
         return ("WL104", f"{what}, which is not in weights.lock; run `wlock add "
                 f"{named}{flag}` and `wlock lock`", None)
     commit = locked.revision if locked else None
+    if site.family == "datasets" and commit is not None and rev.kind in (
+            "missing", "literal", "commit") and not (rev.kind == "commit" and rev.value == commit):
+        # datasets asks the Hub for a repo id before it reads the cache, pinned or not, and
+        # fails offline: the pin is the locked commit's folder (the README's form), which
+        # --fix writes in place of the id.
+        folder = f'{FOLDER_FIX}"{repo_id}"))'
+        how = "no revision" if rev.kind == "missing" else f"revision {rev.value!r}"
+        code = {"missing": "WL101", "literal": "WL102", "commit": "WL103"}[rev.kind]
+        return (code, f"{what} from the Hub by id ({how}), which fails offline; load the "
+                f"locked commit's folder: {site.call}({folder}, ...)",
+                folder if site.literal and not site.origin else None)
     instead = _instead(site, commit)
     # Rewritten only where the call itself holds the literal: not a variable's default (it
     # can change at run time), not a string built with + or an f-string.

@@ -346,6 +346,8 @@ class _Visitor:
         self._defaults: Defaults | None = None  # built on the first dynamic id
         self.wlock_modules: set[str] = set()  # names bound to the wlock module
         self.wlock_revision: set[str] = set()  # names bound to wlock.revision
+        # variable -> (line, the wlock.revision call or None) of each assignment to it
+        self._wlock_bindings: dict[str, list[tuple[int, ast.Call | None]]] | None = None
         self.aliases: dict[str, str] = {}  # local name -> loader name (`import … as …`)
         self.loaders: dict[str, Loader] = {}  # the project's own ([tool.wlock.lint] loaders)
         self.wrappers: dict[str, Wrapper] = {}  # helpers that pass a parameter as an id
@@ -402,6 +404,10 @@ class _Visitor:
             return Repo("local", None)  # Path arithmetic
         if isinstance(node, ast.Call) and _last_name(node.func) in _LOCAL_CALLS:
             return Repo("local", None)
+        if isinstance(node, ast.Call) and _last_name(node.func) in ("str", "fspath") and \
+                len(node.args) == 1 and self._repo(node.args[0]).state == "local":
+            # str(wlock.snapshot_path(id)): the README's offline load of a dataset.
+            return Repo("local", None)
         if isinstance(node, ast.Constant):
             return Repo("local", None)  # bytes, numbers: not a repo
         default = self._default(node)
@@ -426,12 +432,37 @@ class _Visitor:
             if named is None and node.args:
                 return Revision("wlock", None, expr=ast.unparse(node.args[0]))
             return Revision("wlock", named) if named else Revision("dynamic")
+        if isinstance(node, ast.Name) and (bound := self._bound_to_wlock(node)) is not None:
+            # rev = wlock.revision("org/name") ... revision=rev: pinned through the lock.
+            named = self._string(bound.args[0]) if bound.args else None
+            return Revision("wlock", named) if named else Revision(
+                "wlock", None, expr=ast.unparse(bound.args[0]) if bound.args else None)
         default = self._default(node)
         if default is not None:
             text, origin = default
             return Revision("commit" if _COMMIT.match(text) else "literal", text, origin,
                             expr=ast.unparse(node))
         return Revision("dynamic", expr=ast.unparse(node))
+
+    def _bound_to_wlock(self, name: ast.Name) -> ast.Call | None:
+        """The wlock.revision(...) call the variable `name` was last assigned before its use,
+        anywhere in the file (a plain `x = wlock.revision(...)`); None when its last
+        assignment before that line is anything else, or there is none."""
+        if self._wlock_bindings is None:
+            self._wlock_bindings = {}
+            for node in ast.walk(self.tree):
+                if isinstance(node, ast.Assign | ast.AnnAssign):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for target in targets:
+                        if isinstance(target, ast.Name):
+                            value = node.value
+                            call = value if isinstance(value, ast.Call) and \
+                                self._is_wlock_revision(value.func) else None
+                            self._wlock_bindings.setdefault(target.id, []).append(
+                                (node.lineno, call))
+        before = [(line, call) for line, call in self._wlock_bindings.get(name.id, [])
+                  if line <= name.lineno]
+        return max(before, key=lambda b: b[0])[1] if before else None
 
     def _is_wlock_revision(self, func: ast.expr) -> bool:
         if isinstance(func, ast.Name):
