@@ -143,10 +143,12 @@ class OfflineError(HubError):
 class UnsafePathError(HubError):
     """The Hub listed a file path that would escape the snapshot folder."""
 
-    def __init__(self, repo: str, path: str) -> None:
+    def __init__(self, repo: str, path: str, problem: str | None = None) -> None:
+        """`problem`: what is wrong with it, in words (wlock.lock.names.file_path_problem)."""
+        detail = problem or f"unsafe file path {path!r} (absolute, `..`, backslash or NUL)"
         super().__init__(
-            f"{repo}: the Hub listed an unsafe file path {path!r}"
-            " (absolute, `..`, backslash or NUL); refusing to lock it",
+            f"{repo}: the Hub listed {'an' if detail.startswith('unsafe') else 'a'} {detail}; "
+            "refusing to lock it",
             repo=repo,
             hint="Check the endpoint you are talking to; a real Hub never lists such a path.",
         )

@@ -271,3 +271,24 @@ def test_a_cdn_failure_names_the_file_and_the_host(hub: Hub, tmp_path: Path) -> 
     cdn_host = hub.process.cdn.split("://", 1)[1]
     assert (f"model.safetensors: {cdn_host} (where {hub.endpoint} sent the download) "
             "answered 404") in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("name", "words"), [
+    ("config.json/inner.txt", "listed 'config.json' both as a file and as a folder"),
+    ("deep/" + "d" * 200 + "/" + "e" * 200 + "/" * 0 + "/".join(["f" * 200] * 20),
+     "a path in the cache may have 3584"),
+])
+def test_a_listing_no_lock_reader_accepts_is_refused_at_lock(hub: Hub, tmp_path: Path,
+                                                            name: str, words: str) -> None:
+    """A lock the reader accepts is the only lock written (issue 48): a path that is also a
+    folder, or a path past PATH_MAX, in the Hub's listing is exit 5 naming it at `lock`,
+    never a lock that sync and audit then refuse (or audit ends in a traceback on)."""
+    repo_id = many_files(hub, "model", "odd-listing", 3)
+    hub.process.faults({"action": "inject_file", "match": repo_id, "name": name})
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\nloader = "all"\n')
+    if "config.json/" in name:
+        hub.builder.commit("model", repo_id, {"config.json": b"{}"})
+    result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 5, result.stderr
+    assert words in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (project / "weights.lock").exists()

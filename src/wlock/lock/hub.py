@@ -582,8 +582,9 @@ def files_from_siblings(repo_id: str, siblings: Iterable[Any]) -> tuple[LockedFi
     files = []
     for s in siblings:
         path = s.rfilename
-        if not isinstance(path, str) or file_path_problem(path):
-            raise UnsafePathError(repo_id, str(path))
+        if not isinstance(path, str) or (problem := file_path_problem(path)):
+            raise UnsafePathError(repo_id, str(path), None if not isinstance(path, str)
+                                  else problem)
         if s.lfs is not None:
             files.append(LockedFile(path=path, size=int(s.lfs.size), sha256=s.lfs.sha256))
         elif s.blob_id is not None and s.size is not None:
@@ -602,8 +603,8 @@ def files_from_tree(repo_id: str, entries: Iterable[Any]) -> tuple[LockedFile, .
     for entry in entries:
         if not hasattr(entry, "blob_id"):
             continue  # a RepoFolder
-        if file_path_problem(entry.path):
-            raise UnsafePathError(repo_id, entry.path)
+        if problem := file_path_problem(entry.path):
+            raise UnsafePathError(repo_id, entry.path, problem)
         if entry.lfs is not None:
             # The Xet hash, where the listing names one (a hint for chunk-level upgrades,
             # never trusted over the sha256).
@@ -619,6 +620,16 @@ def files_from_tree(repo_id: str, entries: Iterable[Any]) -> tuple[LockedFile, .
 
 
 def _checked(repo_id: str, files: list[LockedFile]) -> tuple[LockedFile, ...]:
+    """`files` sorted, each hash well formed, no path twice, and none a folder of another:
+    a listing that would make a lock the reader refuses is the Hub's fault (exit 5)."""
+    folders = {p.rsplit("/", i)[0] for p in (f.path for f in files)
+               for i in range(1, p.count("/") + 1)}
+    for f in files:
+        if f.path in folders:
+            raise HubError(f"{repo_id}: the Hub listed {f.path!r} both as a file and as a "
+                           "folder of other files: no snapshot can hold both", repo=repo_id,
+                           hint="The listing is broken: retry later, or lock another "
+                           "revision.")
     seen: set[str] = set()
     for f in files:
         digest = f.sha256 if f.sha256 is not None else f.git_sha1

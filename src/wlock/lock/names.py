@@ -20,6 +20,10 @@ MAX_REF = 255
 # NAME_MAX: the longest name of one file or folder ext4, XFS, btrfs, ZFS, APFS and NTFS take,
 # in bytes (NTFS: UTF-16 units, never fewer than UTF-8's bytes for the same name).
 MAX_NAME_BYTES = 255
+# Linux's PATH_MAX: a path the kernel takes in one call. A file of a repo lives under
+# `<cache>/datasets--org--name/snapshots/<commit>/`, which takes up to ~500 bytes of it.
+PATH_MAX = 4096
+MAX_PATH_BYTES = PATH_MAX - 512
 
 
 def repo_id_problem(repo_id: str) -> str | None:
@@ -60,6 +64,10 @@ def file_path_problem(path: str) -> str | None:
     parts = path.split("/")
     if any(part in ("", ".", "..") for part in parts):
         return f"unsafe file path {path!r} (empty, '.' or '..' part)"
+    if len(path) > MAX_PATH_BYTES // 4 and len(path.encode()) > MAX_PATH_BYTES:
+        return (f"file path {path[:60]!r}… is {len(path.encode())} bytes; a path in the cache "
+                f"may have {MAX_PATH_BYTES} (PATH_MAX, {PATH_MAX}, less the cache's own "
+                "folders)")
     for part in parts:
         if len(part) > MAX_NAME_BYTES // 4 and len(part.encode()) > MAX_NAME_BYTES:
             return (f"file path {path[:60]!r}… has a part of {len(part.encode())} bytes; no "
