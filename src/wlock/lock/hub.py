@@ -10,7 +10,7 @@ import io
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlsplit
@@ -205,6 +205,9 @@ class HubClient:
                            "?recursive=true&expand=false")
         origin = urlsplit(self.endpoint)[:2]
         entries: list[Any] = []
+        # Read from the answer itself: huggingface_hub's RepoFile keeps `xetHash` only from
+        # 1.0 on (0.34 drops it).
+        xet_hashes: dict[str, str] = {}
         seen: set[str] = set()
         pages = 0
         shown = time.monotonic()
@@ -238,6 +241,8 @@ class HubClient:
                         "the first page again: lock through the Hub itself, or a mirror "
                         "that pages.")
                 seen.add(str(path))
+                if isinstance(raw.get("xetHash"), str):
+                    xet_hashes[str(path)] = raw["xetHash"]
                 try:
                     entries.append(RepoFile(**raw))  # type: ignore[no-untyped-call]
                 except (TypeError, KeyError, ValueError):
@@ -254,7 +259,7 @@ class HubClient:
             if url is not None and not page:
                 raise HubError(f"{kind} {repo_id}: {self.endpoint}'s file listing gave an "
                                "empty page with a next one", repo=repo_id)
-        return files_from_tree(repo_id, entries)
+        return files_from_tree(repo_id, entries, xet_hashes)
 
     def _get(self, url: str, kind: RepoKind, repo_id: str, what: str) -> Any:
         """GET `url` through the rate budget, retrying 5xx and dropped connections; a 429
@@ -597,8 +602,10 @@ def files_from_siblings(repo_id: str, siblings: Iterable[Any]) -> tuple[LockedFi
     return _checked(repo_id, files)
 
 
-def files_from_tree(repo_id: str, entries: Iterable[Any]) -> tuple[LockedFile, ...]:
-    """Entries of the recursive tree listing -> LockedFiles; folders are skipped."""
+def files_from_tree(repo_id: str, entries: Iterable[Any],
+                    xet_hashes: Mapping[str, str] | None = None) -> tuple[LockedFile, ...]:
+    """Entries of the recursive tree listing -> LockedFiles; folders are skipped. The Xet
+    hash of a file is its entry's (`xet_hash`) or `xet_hashes[path]`."""
     files = []
     for entry in entries:
         if not hasattr(entry, "blob_id"):
@@ -608,7 +615,7 @@ def files_from_tree(repo_id: str, entries: Iterable[Any]) -> tuple[LockedFile, .
         if entry.lfs is not None:
             # The Xet hash, where the listing names one (a hint for chunk-level upgrades,
             # never trusted over the sha256).
-            xet = getattr(entry, "xet_hash", None)
+            xet = getattr(entry, "xet_hash", None) or (xet_hashes or {}).get(entry.path)
             files.append(LockedFile(path=entry.path, size=int(entry.lfs.size),
                                     sha256=entry.lfs.sha256,
                                     xet=xet if isinstance(xet, str) and _HEX64.fullmatch(xet)
