@@ -13,12 +13,13 @@ naming the limit and when it resets.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from wlock.errors import RateLimitedError
@@ -57,9 +58,10 @@ def parse_rate_limit(headers: HeaderFields) -> RateLimit | None:
     through huggingface_hub's parser where the installed release has it (1.2 and later)."""
     fields = {"ratelimit": headers.get("RateLimit") or "",
               "ratelimit-policy": headers.get("RateLimit-Policy") or ""}
-    try:
-        from huggingface_hub.utils._http import parse_ratelimit_headers
-    except ImportError:  # huggingface_hub < 1.2: its own patterns, below
+    if not fields["ratelimit"]:
+        return None
+    parse_ratelimit_headers = _library_parser()
+    if parse_ratelimit_headers is None:  # huggingface_hub < 1.2: its own patterns, here
         match = _RATELIMIT.search(fields["ratelimit"])
         if match is None:
             return None
@@ -75,6 +77,17 @@ def parse_rate_limit(headers: HeaderFields) -> RateLimit | None:
                      else float(info.window_seconds))
 
 
+@functools.cache
+def _library_parser() -> Callable[..., Any] | None:
+    """huggingface_hub's parse_ratelimit_headers, or None before 1.2 (looked up once: a sync
+    asks for it at every answer)."""
+    try:
+        from huggingface_hub.utils._http import parse_ratelimit_headers
+    except ImportError:
+        return None
+    return parse_ratelimit_headers
+
+
 def route_of(url: str) -> str:
     """The Hub's name for the budget a request to `url` draws on before it has answered:
     file downloads are `resolvers`, the rest `api` (the kinds its headers name)."""
@@ -84,8 +97,8 @@ def route_of(url: str) -> str:
 class RateBudget:
     """One per command: what the Hub said is left of each budget, shared by its threads.
 
-    `before(url)` holds a request while its budget is known to be empty (or paces it when
-    nearly empty); `after(url, status, headers)` learns from the answer, and for a 429 says
+    `before(url)` holds a request while its budget is known to be empty; `after(url,
+    status, headers)` learns from the answer, and for a 429 that states its budget spent says
     how long to wait. Waits are summed against `max_wait`; one that would pass it raises
     RateLimitedError (exit 5) at once, naming the limit and when it resets, rather than
     sleeping to fail. `on_wait(message)` shows each wait (the progress line)."""
