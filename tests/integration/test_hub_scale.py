@@ -292,3 +292,26 @@ def test_a_listing_no_lock_reader_accepts_is_refused_at_lock(hub: Hub, tmp_path:
     assert result.code == 5, result.stderr
     assert words in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert not (project / "weights.lock").exists()
+
+
+def test_sync_reads_a_large_file_whole_from_a_cdn_that_ignores_range(
+        hub: Hub, tmp_path: Path) -> None:
+    """A CDN (or a proxy) that answers every Range with 200 and the whole file: hf_transfer
+    cannot cut the file into ranges there, so the file is read whole, once, in one GET
+    (as lock's range reads already cope), and verified (issue 48: exit 5, "No content
+    length")."""
+    from tests.conftest import random_weights
+
+    repo_id = hub.unique_id("no-ranges")
+    StoreBuilder(hub.builder.root).commit("model", repo_id, {
+        "model.safetensors": random_weights(12 * 1024 * 1024), "config.json": b"{}"})
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\nloader = "all"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    hub.process.faults({"action": "range", "mode": "ignore", "listener": "cdn",
+                        "match": "/objects/"})
+    result = run_wlock("sync", "--endpoint", hub.endpoint, cwd=project, timeout=120)
+    assert result.code == 0, result.stderr
+    whole = [e for e in hub.process.stats()["log"] if e["listener"] == "cdn"
+             and e["status"] == 200 and e["method"] == "GET"]
+    assert whole and all(e["bytes"] == 12 * 1024 * 1024 for e in whole)
+    assert run_wlock("check", cwd=project).code == 0

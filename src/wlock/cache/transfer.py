@@ -745,6 +745,13 @@ class Transfer:
             done = self._fetch_large(job, url, connections)
         except _Retryable as e:
             self.streams.finished(connections, 0, 0.0, explored=explored)
+            if e.reason == "no-ranges":
+                # Read it whole, once, in one GET (as lock's range reads do there), hashed
+                # as it arrives: the small-file path, which needs no ranges.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(job.temp)
+                self.engines[job.label] = ("http", "the server ignores ranges")
+                return self._fetch_small(job)
             if e.status is not None and is_transient(e.status):
                 self.streams.refused()  # the server asks for less
             if e.status != 400:
@@ -1375,6 +1382,12 @@ def _worker_failure(job: FetchJob, detail: str) -> Exception:
             f"{job.label}: not enough space to write {os.path.dirname(job.temp)}: No space "
             "left on device", hint="Free some space, or point --cache-dir (or HF_HOME) at a larger "
             "volume.", subject=job.label)
+    if "No content length" in detail:
+        # hf_transfer's first request (bytes=0-0) got no Content-Range back: a server or a
+        # proxy that ignores Range. Not worth another attempt with ranges.
+        return _Retryable(HubUnreachableError(
+            f"{job.label}: the download server ignores HTTP ranges", repo=job.repo_id,
+            subject=job.label), reason="no-ranges")
     status = _STATUS.search(detail)
     cause = (f"the download server answered {status.group(1)}" if status
              else f"the download failed: {detail}")

@@ -189,8 +189,8 @@ def sync(
         for line in result.upgraded.get("downloaded_whole", ()):
             info(line)
         for label, (engine_used, why) in result.engines.items():
-            if engine_used == "hf_xet":  # hf_transfer, the default, said once below
-                info(f"{label}: through hf_xet ({why})")
+            if engine_used != "hf_transfer":  # the default, said once below
+                info(f"{label}: through {engine_used} ({why})")
     info(_summary(plan, result))
     if result.engines and verbosity() >= 1:
         info(_engine_line(result.engines))
