@@ -76,6 +76,15 @@ configs:
   data_files: large/*.parquet
 ---
 """, ["small/0.parquet", "large/0.parquet", "large/1.parquet"]),
+    "a config whose data_dir nests its files": ("""---
+configs:
+- config_name: shallow
+  data_files: shallow/*.parquet
+- config_name: nested
+  data_dir: nested
+---
+""", ["shallow/0.parquet", "nested/train/part-0/a.parquet", "nested/train/part-1/b.parquet",
+      "nested/test/x/c.parquet", "nested/test/x/y/d.parquet", "elsewhere/train/e.parquet"]),
     "parquet branch: a folder per config": (None, [
         "plain_text/train/0000.parquet", "plain_text/train/0001.parquet",
         "plain_text/test/0000.parquet", "plain_text/unsupervised/0000.parquet",
@@ -94,6 +103,9 @@ CASES = [
     ("globs and lists in the card", None, "validation"),
     ("globs and lists in the card", "other", None),
     ("a config marked default", None, None), ("a config marked default", "large", None),
+    # issue 47's unguarded promises: a config's data_dir with its files in subfolders.
+    ("a config whose data_dir nests its files", "nested", None),
+    ("a config whose data_dir nests its files", "nested", "test"),
 ]
 
 
@@ -162,6 +174,19 @@ def test_the_parquet_branch_config_is_its_folder_read_with_data_dir(tmp_path: Pa
         "plain_text/test/0000.parquet", "plain_text/unsupervised/0000.parquet"}
     assert choose(contents, "plain_text", "unsupervised") == {
         "plain_text/unsupervised/0000.parquet"}
+
+
+def test_a_parquet_branch_split_the_converter_stopped_is_its_partial_folder(
+        tmp_path: Path) -> None:
+    """The parquet converter writes `partial-{split}/` when it stopped early: that folder is
+    the split, as the library reads it with data_dir (issue 47: no test held this)."""
+    files = ["plain_text/partial-train/0000.parquet", "plain_text/partial-train/0001.parquet",
+             "plain_text/test/0000.parquet", "other/train/0000.parquet"]
+    contents = write(tmp_path, None, files)
+    expected = by_the_library(tmp_path, None, "train", data_dir="plain_text")
+    assert expected == {"plain_text/partial-train/0000.parquet",
+                        "plain_text/partial-train/0001.parquet"}
+    assert choose(contents, "plain_text", "train") == expected
 
 
 def test_a_config_or_split_it_does_not_have_is_a_problem_naming_what_it_has() -> None:
