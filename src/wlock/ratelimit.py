@@ -118,6 +118,7 @@ class RateBudget:
         # kind -> (requests left, when the window resets (clock), its size)
         self._left: dict[str, tuple[int, float, int | None]] = {}
         self._blocked: dict[str, float] = {}  # kind -> until when nothing may be sent
+        self._counted: dict[str, float] = {}  # kind -> until when the waits are counted
         self._kind_of: dict[str, str] = {}  # route_of(url) -> the kind the Hub names
 
     def kind_for(self, url: str) -> str:
@@ -176,11 +177,19 @@ class RateBudget:
             return wait
 
     def _wait(self, kind: str, delay: float, what: str) -> None:
+        """Sleep `delay` for `kind`'s budget. The bound counts the time the command waits,
+        not each thread's: threads held together for one reset count (and show) it once."""
         with self._lock:
-            if self.waited + delay > self.max_wait:
-                raise self.exhausted(kind, delay, what)
-            self.waited += delay
-        self._on_wait(f"rate limited by the Hub ({kind}): resuming in {delay:.0f} s")
+            until = self._clock() + delay
+            fresh = until > self._counted.get(kind, 0.0) + 0.5
+            if fresh:
+                counted = until - max(self._clock(), self._counted.get(kind, 0.0))
+                if self.waited + counted > self.max_wait:
+                    raise self.exhausted(kind, delay, what)
+                self.waited += counted
+                self._counted[kind] = until
+        if fresh and delay >= 1:
+            self._on_wait(f"rate limited by the Hub ({kind}): resuming in {delay:.0f} s")
         self._sleep(delay)
 
     def exhausted(self, kind: str, delay: float, what: str) -> RateLimitedError:

@@ -912,7 +912,11 @@ class Transfer:
         deadline = time.monotonic() + self._timeout + job.size / MIN_RATE
         try:
             for _ in range(MAX_REDIRECTS):
+                held = time.monotonic()
                 self._before(url, job)
+                # A wait on the Hub's rate limit is not the server being slow: it does not
+                # count against the file's deadline.
+                deadline += time.monotonic() - held
                 response = self._curl.get(url, self._headers_for(url), body.open, deadline)
                 if url == shortcut and 400 <= response.status_code < 500 \
                         and response.status_code != 429:

@@ -314,6 +314,8 @@ class _Handler(BaseHTTPRequestHandler):
             else "api"
         left, reset, quota, window, refused = self.server.app.faults.rate_take(kind)
         self._rate = (kind, left, reset, quota, window)
+        if self._logged is not None:  # for tests: what the answer said of its budget
+            self._logged["rate"] = {"kind": kind, "left": left, "reset": reset}
         if refused:
             raise _HttpError(429, None, "You have exceeded our rate limit of requests "
                              f"({quota} per {window} s for {kind}). Please retry later.")
