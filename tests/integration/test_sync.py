@@ -40,8 +40,11 @@ BIG = 24 * 1024 * 1024  # above transfer.LARGE_FILE: goes through hf_transfer
 
 
 def lock(hub: Hub, project: Path, *extra: str) -> None:
+    """`wlock lock`, then the emulator's log emptied: what a test counts is its sync's (the
+    lock reads a model's configs for remote code)."""
     result = run_wlock("lock", "--endpoint", hub.endpoint, *extra, cwd=project)
     assert result.code == 0, result.stderr
+    hub.process.reset_stats()
 
 
 def sync(hub: Hub, project: Path, cache: Path, *extra: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
@@ -504,7 +507,9 @@ def test_a_repo_that_fails_leaves_the_others_complete_with_their_refs(
 
 def test_gated_repo_with_and_without_token(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/gated-llama"\n')
-    lock(hub, project)
+    # Locked with access (a gated repo's configs, read for remote code, need it), then
+    # synced without, with the wrong token, and with the right one.
+    lock(hub, project, "--token", GATED_TOKEN)
     cache = tmp_path / "cache"
     refused = sync(hub, project, cache)
     assert refused.code == 5
