@@ -853,10 +853,11 @@ class Transfer:
         if origin_of(url) == self._origin and self.budget.after(
                 url, response.status_code, response.headers, job.label) is not None:
             _drain(response)
+            # A 429 from the endpoint is always a _Retryable (_classify): the same error,
+            # marked as the budget's to wait out.
             refused = _classify(response, job, self.endpoint, url, self._token is not None)
-            raise _Retryable(refused.final if isinstance(refused, _Retryable) else
-                             refused if isinstance(refused, HubError) else
-                             HubError(str(refused), repo=job.repo_id), reason="rate")
+            assert isinstance(refused, _Retryable)
+            raise _Retryable(refused.final, reason="rate")
         if response.status_code in (301, 302, 303, 307, 308):
             _drain(response)  # a short body: read, the connection is reused
             location = response.headers.get("Location")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from wlock.atomic import write_text_atomic
-from wlock.lint.judge import Finding
+from wlock.lint.judge import FOLDER_FIX, Finding
 from wlock.lint.sources import mask_ipython_lines, mask_magics, unmask_magics
 
 FIXABLE = frozenset({"WL101", "WL102", "WL103", "WL105"})
@@ -92,7 +92,7 @@ def fix_source(text: str, findings: list[Finding]) -> tuple[str, int]:
             pinned: cst.BaseExpression = updated
             for finding in self._findings(original):
                 if finding.param == "path" and finding.fix and finding.call == name:
-                    pinned = _set_path(pinned, finding.fix)
+                    pinned = _set_path(pinned)
                     applied += 1
                     needs_import[0] = True
                 elif finding.param != "@" and finding.fix and finding.call == name:
@@ -124,11 +124,11 @@ def fix_source(text: str, findings: list[Finding]) -> tuple[str, int]:
     return module.code, applied
 
 
-def _set_path(call: Any, folder: str) -> Any:
+def _set_path(call: Any) -> Any:
     """`load_dataset("org/name", revision=...)` -> `load_dataset(str(wlock.snapshot_path(
-    "org/name")))`: the id (first argument, or `path=`) wrapped as the locked commit's folder,
-    as written (a constant stays a constant), and the revision, which does not apply to a
-    folder, removed. `folder` is the form the finding shows."""
+    "org/name")))`: the id (first argument, or `path=`) wrapped as the locked commit's folder
+    (judge.FOLDER_FIX), as written (a constant stays a constant), and the revision, which
+    does not apply to a folder, removed."""
     import libcst as cst
 
     args = []
@@ -139,8 +139,7 @@ def _set_path(call: Any, folder: str) -> Any:
         if not replaced and ((arg.keyword is None and i == 0) or (
                 arg.keyword is not None and arg.keyword.value == "path")):
             written = cst.Module([]).code_for_node(arg.value)
-            arg = arg.with_changes(value=cst.parse_expression(
-                f"str(wlock.snapshot_path({written}))"))
+            arg = arg.with_changes(value=cst.parse_expression(f"{FOLDER_FIX}{written}))"))
             replaced = True
         args.append(arg)
     if not replaced:
