@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import click
 
 from wlock.cli.options import Settings, common_options, lock_option
 from wlock.cli.output import emit, info, warn
-from wlock.errors import ExitCode
+from wlock.errors import ExitCode, UsageError
 from wlock.units import count, human_size
+
+if TYPE_CHECKING:
+    from wlock.cache.loadcheck import EntryLoad
+    from wlock.models import Lock
 
 
 @click.command()
 @click.option("--jobs", "-j", type=click.IntRange(1, 256), default=None,
               help="Files hashed at once (default: one per core).")
+@click.option("--load", "load", is_flag=True,
+              help="Also load every entry offline with its own library, at its locked commit.")
+@click.option("--python", "python", metavar="PATH", default=None,
+              help="The interpreter --load uses (default: $VIRTUAL_ENV's, else the "
+                   "project's .venv, else wlock's own).")
 @lock_option
 @common_options
-def check(jobs: int | None, settings: Settings) -> None:
+def check(jobs: int | None, load: bool, python: str | None, settings: Settings) -> None:
     """Re-hash every locked file in the cache and compare it with weights.lock.
 
     Reports each missing file, wrong link, wrong size and wrong bytes, with its repo and path;
@@ -25,9 +36,21 @@ def check(jobs: int | None, settings: Settings) -> None:
     that another project sharing the cache moved is a note, not a failure. Makes no network
     request. `wlock sync --verify` repairs what it finds.
 
+    With --load, each entry is then loaded offline from the cache, as code would load it,
+    by the library its loader names, in a process of its own: transformers runs its whole
+    from_pretrained up to the point where it has found its checkpoint files (config,
+    tokenizer, processor and remote code for real; weights by their headers, never
+    materialized); GGUF files are opened by llama.cpp's reader; datasets load by config and
+    split as locked (the Arrow tables go to a temporary folder); sentence-transformers and
+    diffusers have no load without weights and load them on CPU. One line per entry:
+    loaded, failed with the library's own error and the file it wanted, or skipped (its
+    library is not installed for that Python). Exits 1 when any load fails.
+
     \b
     Examples:
       wlock check
+      wlock check --load                  # in CI, after `wlock sync`
+      wlock check --load --python .venv/bin/python
       wlock check --json > report.json
       HF_HOME=/nvme/hf wlock check
     """
@@ -43,15 +66,7 @@ def check(jobs: int | None, settings: Settings) -> None:
                              on_hashed=lambda n: progress.advance("", n))
     finally:
         progress.close()
-    if settings.json:
-        emit({
-            "ok": report.ok, "cache_dir": report.cache_dir, "repos": report.repos,
-            "files": report.files, "bytes_hashed": report.bytes_hashed,
-            "seconds": round(report.seconds, 3),
-            "problems": [asdict(p) for p in report.problems],
-            "notes": [asdict(p) for p in report.notes],
-        })
-    else:
+    if not settings.json:
         for problem in report.problems:
             click.echo(problem.render())
         for note in report.notes:
@@ -70,5 +85,52 @@ def check(jobs: int | None, settings: Settings) -> None:
         else:
             info(f"{count(len(report.problems), 'problem')} in {report.cache_dir} ({summary}). "
                  "Run `wlock sync --verify` to repair.")
-    if not report.ok:
+    loads = _load(lock, settings, python) if load else ()
+    if settings.json:
+        emit({
+            "ok": report.ok and all(e.status != "failed" for e in loads),
+            "cache_dir": report.cache_dir, "repos": report.repos,
+            "files": report.files, "bytes_hashed": report.bytes_hashed,
+            "seconds": round(report.seconds, 3),
+            "problems": [asdict(p) for p in report.problems],
+            "notes": [asdict(p) for p in report.notes],
+            **({"loads": [asdict(e) for e in loads]} if load else {}),
+        })
+    if not report.ok or any(e.status == "failed" for e in loads):
         raise SystemExit(ExitCode.CHECK_FAILED)
+
+
+def _load(lock: Lock, settings: Settings, python: str | None) -> tuple[EntryLoad, ...]:
+    from wlock.cache.loadcheck import load_entries, project_python
+
+    if python is None:
+        python = project_python(settings.lock_path().parent)
+    elif not os.access(python, os.X_OK) or os.path.isdir(python):
+        raise UsageError(f"--python {python}: not an executable file",
+                         hint="Pass the interpreter that has the ML libraries, "
+                              "e.g. --python .venv/bin/python.")
+    if not settings.json:
+        info(f"Loading {count(len(lock.repos), 'entry', 'entries')} offline with {python} ...")
+    loads = load_entries(lock, settings.cache_dir, python,
+                         on_entry=None if settings.json else _say)
+    if not settings.json:
+        tally = {s: sum(e.status == s for e in loads) for s in ("loaded", "failed", "skipped")}
+        info(f"Loads: {tally['loaded']} loaded, {tally['failed']} failed, "
+             f"{tally['skipped']} skipped.")
+    return loads
+
+
+def _say(e: EntryLoad) -> None:
+    name = f"{e.kind} {e.repo_id}@{e.revision[:7]} ({e.library or 'no library'})"
+    if e.status == "loaded":
+        click.echo(f"loaded   {name}: {', '.join(e.did)}")
+    elif e.status == "skipped":
+        click.echo(f"skipped  {name}: {e.reason}")
+    else:
+        lines = (e.error or "").splitlines() or ["(no message)"]
+        shown = "\n           ".join(line[:300] for line in lines[:6])
+        click.echo(f"FAILED   {name}: {shown}", err=False)
+        if e.wanted:
+            click.echo(f"           it wanted {e.wanted}, which the cache does not have: "
+                       f"lock it (`wlock tree {e.repo_id} --why` says why it was left out) "
+                       "and run `wlock sync`.")

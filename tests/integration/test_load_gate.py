@@ -1,0 +1,144 @@
+"""`wlock check --load`: each locked entry loaded offline by its own library, from the cache.
+
+The layouts are the loader tests' real ones (written by each library's own save function),
+locked together in one project with the default loaders, synced, and loaded by the gate with
+the real libraries; then a file the library reads is taken out of the lock and the cache by
+hand, as a hand-edited lock would, and the gate names the entry, the library's error and the
+file.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Hub, run_wlock, write_project
+from tests.integration.test_datasets_real import publish as publish_dataset
+from tests.integration.test_datasets_real import pushed
+from tests.integration.test_loaders_real import publish, tiny_bert
+from wlock.lock.lockfile import read_lock
+
+torch = pytest.importorskip("torch")
+
+
+def tiny_gguf(folder: Path) -> Path:
+    import gguf
+    import numpy as np
+
+    folder.mkdir(parents=True)
+    for name in ("F16", "Q8_0"):
+        writer = gguf.GGUFWriter(str(folder / f"tiny.{name}.gguf"), "llama")
+        writer.add_block_count(1)
+        writer.add_tensor("w", np.ones((4, 32), dtype=np.float16))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+    return folder
+
+
+def sentence_model(folder: Path, tmp_path: Path) -> Path:
+    from sentence_transformers import SentenceTransformer, models
+
+    transformer = models.Transformer(str(tiny_bert(tmp_path / "st-bert")), max_seq_length=16)
+    pooling = models.Pooling(transformer.get_word_embedding_dimension())
+    SentenceTransformer(modules=[transformer, pooling]).save(str(folder))
+    return folder
+
+
+def vae(folder: Path) -> Path:
+    from diffusers import AutoencoderKL
+
+    AutoencoderKL(block_out_channels=(8,), norm_num_groups=4, latent_channels=2,
+                  sample_size=8).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def project(_hub_session: Hub, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    """One project locking one entry of each library, synced: (project, cache, ids)."""
+    hub = _hub_session
+    tmp = tmp_path_factory.mktemp("gate")
+    ids = {
+        "transformers": publish(hub, "gate-bert", tiny_bert(tmp / "bert", shard="20KB"),
+                                "transformers")[0],
+        "sentence-transformers": publish(hub, "gate-st", sentence_model(tmp / "st", tmp),
+                                         "sentence-transformers")[0],
+        "diffusers": publish(hub, "gate-vae", vae(tmp / "vae"), "diffusers")[0],
+        "gguf": publish(hub, "gate-gguf", tiny_gguf(tmp / "gguf"), "gguf")[0],
+        # timm's layout; timm is not installed here, so the gate must skip it by name.
+        "timm": publish(hub, "gate-timm", tiny_bert(tmp / "timm"), "timm")[0],
+        "datasets": publish_dataset(hub, "gate-pushed", pushed(), tmp)[0],
+    }
+    folder = write_project(tmp / "project", "")
+    for library, repo_id in ids.items():
+        flags = {"gguf": ["--variant", "Q8_0"], "datasets": ["--dataset", "--config", "en",
+                                                             "--split", "train"]}
+        added = run_wlock("add", repo_id, *flags.get(library, []), "--endpoint", hub.endpoint,
+                          cwd=folder)
+        assert added.code == 0, added.stderr
+    cache = tmp / "cache"
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=folder)
+    assert synced.code == 0, synced.stderr
+    return folder, cache, ids
+
+
+def gate(project: Path, cache: Path, *more: str) -> tuple[int, str, dict]:
+    done = run_wlock("check", "--load", "--python", sys.executable, "--cache-dir", str(cache),
+                     *more, cwd=project)
+    report = run_wlock("check", "--load", "--python", sys.executable, "--cache-dir",
+                       str(cache), "--json", *more, cwd=project)
+    return done.code, done.stdout + done.stderr, json.loads(report.stdout)
+
+
+def test_every_entry_of_the_real_layouts_loads_and_a_missing_library_is_skipped(
+        project: tuple[Path, Path, dict]) -> None:
+    folder, cache, ids = project
+    code, said, report = gate(folder, cache)
+    assert code == 0, said
+    loads = {e["repo_id"]: e for e in report["loads"]}
+    assert report["ok"] is True
+    for library, repo_id in ids.items():
+        expected = "skipped" if library == "timm" else "loaded"
+        assert loads[repo_id]["status"] == expected, loads[repo_id]
+        assert loads[repo_id]["library"] == library
+    assert "timm is not installed" in loads[ids["timm"]]["reason"]
+    entry = read_lock(folder / "weights.lock").find("model", ids["transformers"])
+    assert entry is not None
+    shards = [f.path for f in entry.files if f.path.startswith("model-0")]
+    bert = loads[ids["transformers"]]["did"]
+    assert len(shards) > 1 and bert == [
+        "config", "tokenizer", f"weights ({len(shards)} files, 39 tensors in their headers)"]
+    assert loads[ids["datasets"]]["did"] == ["en/train (8 rows)"]
+    assert f"skipped  model {ids['timm']}" in said and "Loads: 5 loaded, 0 failed, 1 skipped" \
+        in said
+
+
+def test_a_shard_taken_out_of_the_lock_and_the_cache_fails_naming_entry_error_and_file(
+        project: tuple[Path, Path, dict], tmp_path: Path) -> None:
+    folder, cache, ids = project
+    edited = tmp_path / "project"
+    shutil.copytree(folder, edited)
+    repo_id = ids["transformers"]
+    entry = read_lock(edited / "weights.lock").find("model", repo_id)
+    assert entry is not None
+    shard = sorted(f.path for f in entry.files if f.path.startswith("model-0"))[-1]
+    lock = edited / "weights.lock"
+    lock.write_text("".join(line for line in lock.read_text().splitlines(keepends=True)
+                            if f'"{shard}"' not in line))
+    own_cache = tmp_path / "cache"
+    shutil.copytree(cache, own_cache, symlinks=True)
+    folder_name = "models--" + repo_id.replace("/", "--")
+    (own_cache / folder_name / "snapshots" / entry.revision / shard).unlink()
+    code, said, report = gate(edited, own_cache)
+    assert code == 1, said
+    failed = [e for e in report["loads"] if e["status"] == "failed"]
+    assert [e["repo_id"] for e in failed] == [repo_id]
+    assert failed[0]["wanted"] == shard, failed[0]["error"]
+    assert failed[0]["error"] and shard in said
+    assert f"FAILED   model {repo_id}@{entry.revision[:7]} (transformers)" in said
