@@ -98,7 +98,7 @@ def locked(repo_id: str, *, kind: RepoKind | None = None, lock: Path | None = No
         what = f"{kind} {repo_id!r}" if kind else repr(repo_id)
         raise NotLockedError(
             f"{what} is not in {lock or find_lock()}",
-            hint=f"Add it with `wlock add {repo_id}` and `wlock lock`. Locked: {known}.",
+            hint=f"Add it with `wlock add {repo_id}` (which locks it). Locked: {known}.",
         )
     if len(matches) > 1:
         raise NotLockedError(

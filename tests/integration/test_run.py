@@ -98,7 +98,7 @@ def test_revision_api(synced: tuple[Path, Path]) -> None:
     commit = read_lock(project / "weights.lock").repos[0].revision
     assert child.stdout.splitlines() == [
         commit, "9", f"'acme/nope' is not in {project / 'weights.lock'}",
-        "Add it with `wlock add acme/nope` and `wlock lock`. Locked: acme/tiny-bert.",
+        "Add it with `wlock add acme/nope` (which locks it). Locked: acme/tiny-bert.",
     ]
 
 

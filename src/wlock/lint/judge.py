@@ -86,7 +86,7 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
         named = rev.value if rev.kind == "wlock" else repo_id
         flag = " --dataset" if site.repo_kind == "dataset" else ""
         return ("WL104", f"{what}, which is not in weights.lock; run `wlock add "
-                f"{named}{flag}` and `wlock lock`", None)
+                f"{named}{flag}` (it locks it)", None)
     commit = locked.revision if locked else None
     if site.family == "datasets" and commit is not None and rev.kind in (
             "missing", "literal", "commit") and not (rev.kind == "commit" and rev.value == commit):
@@ -176,13 +176,16 @@ def _dataset_verdict(site: LoadSite, lock: Lock) -> tuple[str | None, str, str |
     what = f'{site.call}() loads dataset "{site.repo_id}"'
     if entry.config is not None and site.config is not None and site.config != entry.config:
         return ("WL108", f'{what} config "{site.config}", but weights.lock holds its config '
-                f'"{entry.config}" only; run `wlock add {site.repo_id} --dataset --config '
-                f'{site.config}`, or load "{entry.config}"', None)
-    if entry.split is not None and site.split is not None and not set(
-            split_names(site.split)) <= set(split_names(entry.split)):
+                f'"{entry.config}" only (one config a dataset); run `wlock add {site.repo_id} '
+                f'--dataset --config {site.config}` to lock "{site.config}" in its place, '
+                f'or load "{entry.config}"', None)
+    held = split_names(entry.split) if entry.split is not None else []
+    wanted = split_names(site.split) if site.split is not None else []
+    if held and not set(wanted) <= set(held):
+        both = "+".join([*held, *(s for s in dict.fromkeys(wanted) if s not in held)])
         return ("WL108", f'{what} split "{site.split}", but weights.lock holds its split '
                 f'"{entry.split}" only; run `wlock add {site.repo_id} --dataset --split '
-                f'{site.split}` (or without --split)', None)
+                f'{both}` to lock both', None)
     return None, "", None
 
 
@@ -192,7 +195,8 @@ def _instead(site: LoadSite, commit: str | None) -> str:
         return (f"write {param}=wlock.revision({site.expr}): the lock decides at run time, "
                 "whichever id is passed")
     if commit is None:
-        return (f"pin it: add it to weights.toml, run `wlock lock`, then write "
+        dataset = " --dataset" if site.repo_kind == "dataset" else ""
+        return (f"pin it: run `wlock add {site.repo_id}{dataset}` (it locks it), then write "
                 f'{site.param if site.param != "@" else "revision"}='
                 f'wlock.revision("{site.repo_id}")')
     if site.param == "@":

@@ -62,7 +62,7 @@ class Revision:
 class Repo(NamedTuple):
     """What a call passes as the repo id."""
 
-    state: str  # "absent" | "local" | "literal" | "dynamic"
+    state: str  # "absent" | "local" | "snapshot" | "literal" | "dynamic"
     repo_id: str | None
     origin: str | None = None  # a variable's default: "the default of --model (line 12)"
     expr: str | None = None  # that variable, as written: "args.model"
@@ -402,6 +402,14 @@ class _Visitor:
             return _literal_repo(text)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
             return Repo("local", None)  # Path arithmetic
+        if isinstance(node, ast.Call) and _last_name(node.func) in ("str", "fspath") and \
+                len(node.args) == 1:
+            node = node.args[0]
+        if isinstance(node, ast.Call) and _last_name(node.func) == "snapshot_path" and \
+                node.args and (named := self._string(node.args[0])) is not None:
+            # wlock.snapshot_path("org/name"): the README's offline load, pinned by the
+            # lock; still judged for what the lock must hold (WL104, WL108).
+            return Repo("snapshot", named)
         if isinstance(node, ast.Call) and _last_name(node.func) in _LOCAL_CALLS:
             return Repo("local", None)
         if isinstance(node, ast.Call) and _last_name(node.func) in ("str", "fspath") and \
@@ -479,6 +487,8 @@ class _Visitor:
         state, repo_id, origin, expr = repo
         if state == "local" or (state == "absent" and not default_model):
             return
+        if state == "snapshot":
+            revision = Revision("wlock", repo_id)
         self.sites.append(LoadSite(
             path=self.source.path, cell=self.source.cell, line=call.lineno,
             col=self._col(call), end_line=call.end_lineno or call.lineno,
