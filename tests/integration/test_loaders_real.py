@@ -610,3 +610,44 @@ def test_a_single_diffusers_component_is_locked_and_loads_offline(hub: Hub, tmp_
             torch.equal(a[k], b[k]) for k in a)}))
     """, cache, repo_id, revision, str(full))
     assert result == {"same": True}
+
+
+@pytest.mark.parametrize("kind", ["SparseEncoder", "CrossEncoder"])
+def test_sparse_and_cross_encoders_are_locked_and_give_the_same_scores(
+        hub: Hub, tmp_path: Path, kind: str) -> None:
+    """A SPLADE sparse encoder (MLMTransformer + SpladePooling) and a cross-encoder, as
+    sentence-transformers' own `save` writes them, beside the exports real repos carry:
+    locked with the default loader, synced, and loaded offline by their classes at the locked
+    commit, giving the full save's outputs."""
+    from sentence_transformers import CrossEncoder, SparseEncoder
+    from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
+    from transformers import BertConfig, BertForMaskedLM
+
+    bert = tiny_bert(tmp_path / "bert")
+    torch.manual_seed(0)
+    BertForMaskedLM(BertConfig.from_pretrained(bert)).save_pretrained(bert)
+    full = tmp_path / "full"
+    if kind == "SparseEncoder":
+        SparseEncoder(modules=[MLMTransformer(str(bert)), SpladePooling("max")]).save(str(full))
+    else:
+        CrossEncoder(str(bert), num_labels=1).save(str(full))
+    extra = {"onnx/model.onnx": b"\x08" * 3000, "openvino/openvino_model.bin": b"\0" * 3000,
+             "openvino/openvino_model.xml": b"<net/>", "pytorch_model.bin": b"\0" * 3000}
+    repo_id, files = publish(hub, kind.lower(), full, "sentence-transformers", extra)
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id)
+    locked = {f.path for f in read_lock(project / "weights.lock").repos[0].files}
+    assert locked == {p for p in files if p not in extra}
+    result = offline("""
+        import json, sys
+        import sentence_transformers as st
+        repo, revision, full, kind = sys.argv[1:5]
+        cls = getattr(st, kind)
+        def out(model):
+            if kind == "CrossEncoder":
+                return model.predict([("the cat", "sat on the mat")]).tolist()
+            return model.encode(["the cat sat on the mat"]).to_dense().tolist()
+        a = out(cls(repo, revision=revision, device="cpu"))
+        b = out(cls(full, device="cpu"))
+        print(json.dumps({"same": a == b}))
+    """, cache, repo_id, revision, str(full), kind)
+    assert result == {"same": True}

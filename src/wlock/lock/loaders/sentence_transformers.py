@@ -2,16 +2,17 @@
 
 Mirrors sentence-transformers' `SentenceTransformer._load_sbert_model`: it reads
 modules.json and config_sentence_transformers.json, then loads each module from its `path`;
-the `Transformer` module is a transformers model in that folder (the transformers rule
-there), every other module (Pooling, Dense, Normalize) reads its folder's files and, for
-Dense, `model.safetensors` else `pytorch_model.bin`. A `Router` (asymmetric query/document
-encoders, and the sparse encoders built on them; `Asym` before it) keeps its sub-modules in
-folders modules.json does not list: `Router.load` reads `router_config.json` (else the
-legacy `config.json`) in its folder and loads each of its `types` from the folder named by
-its id, each as a module of its own (a Transformer, a Dense, a Router again). Every file
-but what `loaders.unread` names is kept. Without modules.json it builds a
-transformers model with mean pooling (`_load_auto_model`). The `onnx/` and `openvino/`
-exports are read only with `backend="onnx"`/`"openvino"`: not locked.
+the `Transformer` module (and a sparse encoder's `MLMTransformer`) is a transformers model
+in that folder (the transformers rule there), every other module (Pooling, Dense,
+Normalize) reads its folder's files and, for Dense, `model.safetensors` else
+`pytorch_model.bin`. A `Router` (asymmetric query/document encoders, and the sparse encoders
+built on them; `Asym` before it) keeps its sub-modules in folders modules.json does not
+list: `Router.load` reads `router_config.json` (else the legacy `config.json`) in its folder
+and loads each of its `types` from the folder named by its id, each as a module of its own
+(a Transformer, a Dense, a Router again). Every file but what `loaders.unread` names is
+kept. Without modules.json it builds a transformers model with mean pooling
+(`_load_auto_model`). The `onnx/` and `openvino/` exports are read only with
+`backend="onnx"`/`"openvino"`: not locked.
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ def select(paths: frozenset[str], read: Read, variant: str | None) -> Choice:
         if prefix in seen:  # a config naming a folder twice, or itself
             continue
         seen.add(prefix)
-        if kind.endswith(".Transformer"):
+        if kind.rsplit(".", 1)[-1].endswith("Transformer"):
+            # Transformer, and the sparse encoders' MLMTransformer: a transformers model
+            # in that folder, loaded by from_pretrained (its variants, shards, remote code).
             sub = transformers.select_in(paths, prefix, read, variant)
             chosen |= sub.paths
             requires += [r for r in sub.requires if r not in requires]
