@@ -318,6 +318,54 @@ def npz(fragment: bytes) -> bytes:
     return out.getvalue()
 
 
+def _reheader(data: bytes, text: bytes, version: tuple[int, int]) -> bytes:
+    """An .npy (`data`) with its header replaced by `text`, in format `version`."""
+    length = 2 if version == (1, 0) else 4
+    start = 8 + (2 if data[6] == 1 else 4)
+    old = int.from_bytes(data[8:start], "little")
+    body = data[start + old:]
+    size = len(text).to_bytes(length, "little")
+    return b"\x93NUMPY" + bytes(version) + size + text + body
+
+
+def npy_long_header(fragment: bytes) -> bytes:
+    """An array of objects whose header is longer than any cap a judge keeps (2 MiB of
+    spaces): np.load(allow_pickle=True) lifts numpy's own 10,000-byte cap and reads it."""
+    data = npy(fragment)
+    header = data[10:10 + int.from_bytes(data[8:10], "little")].rstrip()
+    return _reheader(data, header + b" " * (2 * 1024 * 1024) + b"\n", (2, 0))
+
+
+def npy_python2(fragment: bytes) -> bytes:
+    """A header written by Python 2 (`(2L,)`): a SyntaxError to ast.literal_eval, which
+    numpy answers by re-parsing it without the `L` (format.py, _filter_header)."""
+    header = b"{'descr': '|O', 'fortran_order': False, 'shape': (2L,), }"
+    return _reheader(npy(fragment), header + b" " * 6 + b"\n", (1, 0))
+
+
+def npz_of(**members: bytes) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("floats.npy", _npy_plain())
+        for name, data in members.items():
+            z.writestr(name, data)
+    return out.getvalue()
+
+
+def npz_beside_pickle(fragment: bytes) -> bytes:
+    """An .npz whose array of objects sits in a `data/` member beside a `.pkl` member, the
+    shape of a torch archive: np.load still reads every member that starts as an .npy."""
+    return npz_of(**{"archive/data.pkl": pickle.dumps({"step": 1}, protocol=2),
+                     "archive/data/0.npy": npy(fragment)})
+
+
+def npz_empty_end_first(fragment: bytes) -> bytes:
+    """A zip that begins with an empty zip's end record (`PK\\x05\\x06`), which np.load takes
+    for a zip (`_ZIP_SUFFIX`), then a real one with a deflated member; zipfile finds the
+    real directory at the end."""
+    return b"PK\x05\x06" + b"\0" * 18 + npz_of(**{"objects.npy": npy(fragment)})
+
+
 def _npy_plain() -> bytes:
     out = io.BytesIO()
     _np().save(out, _np().arange(4, dtype="<f8"))
@@ -476,6 +524,18 @@ def _cases() -> list[Case]:
         Case("version2.npy", "numpy format 2.0 header",
              lambda f: npy(f, version=(2, 0)), reduce, "numpy"),
         Case("arrays.npz", "Checkmarx 2025 (.npz)", npz, reduce, "numpy"),
+        Case("long-header.npy", "numpy format.py: allow_pickle lifts max_header_size",
+             npy_long_header, reduce, "numpy"),
+        Case("python2-header.npy", "numpy format.py: _filter_header's Python-2 re-parse",
+             npy_python2, reduce, "numpy"),
+        Case("long-header.npz", "the same, as an .npz member",
+             lambda f: npz_of(**{"objects.npy": npy_long_header(f)}), reduce, "numpy"),
+        Case("python2-header.npz", "the same, as an .npz member",
+             lambda f: npz_of(**{"objects.npy": npy_python2(f)}), reduce, "numpy"),
+        Case("beside-pickle.npz", "np.load reads every member, torch's data/ ones too",
+             npz_beside_pickle, reduce, "numpy"),
+        Case("end-record-first.npz", "numpy format.py: _ZIP_SUFFIX (PK\\x05\\x06)",
+             npz_empty_end_first, reduce, "numpy"),
         Case("model.joblib", "Checkmarx 2025 (joblib)", joblib_plain, reduce, "joblib"),
         Case("arrays.joblib", "joblib's inline arrays", joblib_arrays, reduce, "joblib"),
         Case("objects.joblib", "joblib: a pickle inside an array", joblib_object_array, reduce,

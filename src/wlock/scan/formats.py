@@ -25,14 +25,15 @@ read as protocol 0, raw tensor bytes: they break before the unpickler could call
 
 from __future__ import annotations
 
-import ast
 import bz2
+import functools
 import gzip
+import importlib
 import io
 import lzma
-import re
 import struct
 import tarfile
+import warnings
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from wlock.scan.budget import (
     ScanLimits,
     SeekableReader,
     Source,
+    Truncated,
     Unjudged,
 )
 from wlock.scan.unpickle import OPCODES, Call, Global, Walk, Walker
@@ -63,8 +65,18 @@ _ELEMENT_SIZE = {
     "torch.ShortStorage": 2, "torch.CharStorage": 1, "torch.ByteStorage": 1,
     "torch.BoolStorage": 1, "torch.ComplexFloatStorage": 8, "torch.ComplexDoubleStorage": 16,
 }
-# numpy dtype strings that hold no objects (numpy.lib.format's descr, one field).
-_PLAIN_DTYPE = re.compile(r"[<>|=]?(?:[?biufcSUVa]\d*|[mM]8(?:\[\w+\])?)\Z")
+# The largest .npy header read; numpy's own cap is 10,000 bytes, lifted by allow_pickle.
+NPY_HEADER_CAP = 64 * MIB
+
+
+@functools.cache
+def _read_array_header() -> Any:
+    """numpy's own header parser, as np.load calls it (numpy 2 moved it to _format_impl;
+    its name and signature are the same since numpy 1.24), imported on first use."""
+    try:
+        return importlib.import_module("numpy.lib._format_impl")._read_array_header
+    except ImportError:  # numpy 1.x
+        return importlib.import_module("numpy.lib.format")._read_array_header
 
 
 @dataclass
@@ -115,6 +127,14 @@ def _judge(stream: BinaryIO | io.RawIOBase, budget: Budget, out: Judgement,
     stream.seek(0)
     if head.startswith(b"PK\x03\x04"):
         _zip(stream, budget, out)
+    elif head.startswith(b"PK\x05\x06"):
+        # np.load takes an empty zip's end record for a zip too (_ZIP_SUFFIX), and zipfile
+        # then finds the real directory at the end; torch.load, which wants PK\x03\x04,
+        # reads the same bytes as a pickle.
+        _zip(stream, budget, out)
+        if out.unreadable is None:
+            stream.seek(0)
+            _pickles(Source(stream, budget, size), out)
     elif head.startswith(NPY_MAGIC):
         _npy(Source(stream, budget, size), out, "the array")
     elif (kind := next((k for m, k in _COMPRESSED.items() if head.startswith(m)), None)):
@@ -169,15 +189,12 @@ def _zip(stream: BinaryIO | io.RawIOBase, budget: Budget, out: Judgement) -> Non
         out.pickle = True
         out.unreadable = f"a zip whose directory cannot be read ({e})"
         return
-    # torch's own archive (it has a pickle) keeps each tensor's bytes under `data/`, read
-    # by torch as raw storage, never unpickled: those members are not opened.
-    torch_archive = any(i.filename.lower().endswith(".pkl") for i in infos)
+    # torch's own archive keeps each tensor's bytes under `data/`, raw storage torch never
+    # unpickles; but np.load reads the same zip as an .npz, and any member that starts as an
+    # .npy, whatever its name or folder, as an array: every member's first bytes are read.
     for info in infos:
         budget.check_time()
-        lowered = info.filename.lower()
-        is_pkl = lowered.endswith(".pkl")
-        if not is_pkl and torch_archive and "/data/" in f"/{lowered}":
-            continue
+        is_pkl = info.filename.lower().endswith(".pkl")
         try:
             member = _member(stream, info, budget)
             if is_pkl:
@@ -190,10 +207,11 @@ def _zip(stream: BinaryIO | io.RawIOBase, budget: Budget, out: Judgement) -> Non
                 if not _npy(Source(member, budget), out, info.filename):
                     return
         except Unjudged as e:
-            if is_pkl or isinstance(e, LimitReached):
-                out.pickle = True
-                out.unreadable = f"{info.filename}: {e}"
-                return
+            # A member that cannot be read may be a pickle or an array of objects to
+            # either reader: unknown. (A member numpy or torch would refuse is not.)
+            out.pickle = True
+            out.unreadable = f"{info.filename}: {e}"
+            return
 
 
 class _Window(SeekableReader):
@@ -269,42 +287,39 @@ def _member(stream: BinaryIO | io.RawIOBase, info: zipfile.ZipInfo,
 # -- numpy's .npy
 
 def _npy(src: Source, out: Judgement, where: str) -> bool:
-    """numpy.lib.format.read_array: the header, then raw data, or a pickle for objects."""
+    """numpy.lib.format.read_array with allow_pickle=True, as np.load runs it: the version
+    numpy accepts, the header parsed by numpy's own parser (with the Python-2 re-parse, and
+    no cap on its size, which allow_pickle lifts), then a pickle when the dtype holds
+    objects. A header numpy refuses unpickles nothing; one this judgement cannot read to its
+    end (past NPY_HEADER_CAP) is unknown, refused, never taken for "no pickle"."""
     try:
-        major = src.read(8)[6]
-        if major == 1:
-            length = struct.unpack("<H", src.read(2))[0]
-        elif major in (2, 3):
-            length = struct.unpack("<I", src.read(4))[0]
-        else:
-            return True  # numpy refuses the version before it reads anything more
-        if length > 1 * MIB:
-            raise Unjudged(f"an .npy header of {length} bytes")
-        text = src.read(length).decode("utf-8" if major == 3 else "latin-1")
-        header = ast.literal_eval(text)
-    except (Unjudged, ValueError, SyntaxError, UnicodeDecodeError, MemoryError,
-            RecursionError) as e:
-        if isinstance(e, LimitReached):
-            raise
+        magic = src.read(8)
+        version = (magic[6], magic[7])
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            return True  # numpy's _check_version refuses it before it reads more
+        counted = src.read(2 if version == (1, 0) else 4)
+        length = struct.unpack("<H" if version == (1, 0) else "<I", counted)[0]
+        if length > NPY_HEADER_CAP:
+            out.pickle = True
+            out.unreadable = (f"{where}: an .npy header of {length:,} bytes, past the "
+                              f"{NPY_HEADER_CAP // MIB} MiB this judgement reads (np.load "
+                              "with allow_pickle reads any)")
+            return False
+        header = src.read(length)
+    except Truncated:
+        return True  # numpy's own reads fail at the same place ("EOF: reading ...")
+    try:
+        with warnings.catch_warnings():  # numpy's note on a Python-2 header
+            warnings.simplefilter("ignore")
+            _, _, dtype = _read_array_header()(io.BytesIO(counted + header), version,
+                                               max_header_size=2**64)
+        holds_objects = bool(dtype.hasobject)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return True  # np.load raises on the header: nothing is unpickled
-    descr = header.get("descr") if isinstance(header, dict) else None
-    if descr is not None and not _may_hold_objects(descr):
+    if not holds_objects:
         return True
     # np.load(allow_pickle=True): pickle.load of what follows the header.
     return out.add(Walker(src).run(), f"{where}: its array of objects", declared=True)
-
-
-def _may_hold_objects(descr: Any) -> bool:
-    if isinstance(descr, str):
-        return not _PLAIN_DTYPE.match(descr)
-    if isinstance(descr, list) and descr:
-        for item in descr:
-            if not (isinstance(item, tuple) and len(item) in (2, 3)):
-                return True
-            if _may_hold_objects(item[1]):
-                return True
-        return False
-    return True
 
 
 # -- joblib's compressed dumps
