@@ -490,3 +490,50 @@ def test_loader_all_follows_auto_map_to_remote_code(hub: Hub, tmp_path: Path,
         f.write('\n[tool.wlock.policy]\nremote-code = "deny"\n')
     denied = run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project)
     assert denied.code == 7 and "the policy denies remote code" in denied.stderr
+
+
+REMOTE_ELSEWHERE = {  # (loader, files beside a safetensors, what the lock must record)
+    "sentence-transformers module type": ("sentence-transformers", lambda code: {
+        "modules.json": json.dumps([
+            {"idx": 0, "name": "0", "path": "", "type":
+             "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pool", "type": f"{code}--pool.Pool"}]).encode(),
+        "config.json": b"{}", "1_Pool/config.json": b"{}"}, "{code}--pool.Pool"),
+    "transformers custom_pipelines": ("transformers", lambda code: {
+        "config.json": json.dumps({"custom_pipelines": {"pair-classification": {
+            "impl": f"{code}--pair.PairPipeline", "pt": ["AutoModel"]}}}).encode()},
+        "{code}--pair.PairPipeline"),
+    "diffusers [module, class]": ("diffusers", lambda code: {
+        "model_index.json": json.dumps({"_class_name": ["pipeline_x", "XPipeline"],
+                                        "vae": ["diffusers", "AutoencoderKL"]}).encode(),
+        "pipeline_x.py": b"class XPipeline: pass\n", "vae/config.json": b"{}",
+        "vae/diffusion_pytorch_model.safetensors": b"\0" * 64}, "pipeline_x.XPipeline"),
+}
+
+
+@pytest.mark.parametrize("where", sorted(REMOTE_ELSEWHERE))
+@pytest.mark.parametrize("loader", ["own", "all"])
+def test_remote_code_outside_auto_map_is_recorded_required_and_denied(
+        hub: Hub, tmp_path: Path, where: str, loader: str) -> None:
+    """Code a library finds outside `auto_map` (issue 48): recorded in the lock under the
+    entry's loader and under `all`, its other repo required and locked, and refused by
+    `remote-code = "deny"` (all three passed deny with exit 0)."""
+    own, files, expected = REMOTE_ELSEWHERE[where]
+    code = hub.unique_id("code-elsewhere")
+    hub.builder.commit("model", code, {"pool.py": b"class Pool: pass\n",
+                                       "pair.py": b"class PairPipeline: pass\n"})
+    repo_id = hub.unique_id("remote-elsewhere")
+    hub.builder.commit("model", repo_id, {**files(code), "model.safetensors": b"\0" * 64})
+    entry = f'[[model]]\nid = "{repo_id}"\nloader = "{own if loader == "own" else "all"}"\n'
+    project = policy_project(tmp_path / "a", entries=entry)
+    locked = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert locked.code == 0, locked.stderr
+    lock = read_lock(project / "weights.lock")
+    record = lock.find("model", repo_id)
+    assert record is not None and expected.format(code=code) in record.remote_code
+    if "--" in expected:
+        assert code in record.requires and lock.find("model", code) is not None
+    with (project / "weights.toml").open("a") as f:
+        f.write('\n[tool.wlock.policy]\nremote-code = "deny"\n')
+    denied = run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project)
+    assert denied.code == 7 and "the policy denies remote code" in denied.stderr, denied.stderr

@@ -431,3 +431,45 @@ def test_the_gguf_header_is_read_as_far_as_the_head_reaches(tmp_path: Path) -> N
     cut = gguf_header(data[:200])  # ends inside the token list: what came before stands
     assert cut is not None and cut["general.architecture"] == "clip" and "tokens" not in cut
     assert gguf_header(b"PK\x03\x04" + bytes(100)) is None
+
+
+CODE_ELSEWHERE = {  # a library's own place for a class reference, beside auto_map (issue 48)
+    "module type": ({"modules.json": [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pool", "type": "acme/stcode--pool.Pool"},
+        {"idx": 2, "name": "2", "path": "2_Mine", "type": "custom_module.Mine"}]},
+        ("modules.json", "custom_module.py", "1_Pool/config.json", "2_Mine/config.json"),
+        {"acme/stcode--pool.Pool", "custom_module.Mine"}),
+    "custom pipeline": ({"config.json": {"custom_pipelines": {
+        "pair-classification": {"impl": "acme/pipe--pair.PairPipeline", "pt": ["AutoModel"]},
+        "other": {"impl": "mine.MinePipeline"}}}},
+        ("mine.py",), {"acme/pipe--pair.PairPipeline", "mine.MinePipeline"}),
+    "diffusers class": ({"model_index.json": {
+        "_class_name": ["pipeline_x", "XPipeline"], "vae": ["diffusers", "AutoencoderKL"],
+        "unet": ["my_unet", "MyUNet"], "text_encoder": ["transformers", "CLIPTextModel"]}},
+        ("model_index.json", "pipeline_x.py", "unet/my_unet.py", "unet/config.json",
+         "unet/diffusion_pytorch_model.safetensors", "vae/config.json",
+         "vae/diffusion_pytorch_model.safetensors", "text_encoder/config.json",
+         "text_encoder/model.safetensors"),
+        {"pipeline_x.XPipeline", "unet/my_unet.MyUNet"}),
+}
+
+
+@pytest.mark.parametrize("where", sorted(CODE_ELSEWHERE))
+@pytest.mark.parametrize("loader", ["all", "own"])
+def test_remote_code_outside_auto_map_is_found_under_its_loader_and_all(where: str, loader: str
+                                                                        ) -> None:
+    """A sentence-transformers module type outside the library, config.json's
+    custom_pipelines (pipeline() runs its impl), a diffusers `_class_name` given as [module,
+    class] and a component whose module is a .py in its folder: code a trust_remote_code load
+    runs, recorded, and its other repo required (each passed `remote-code = "deny"`)."""
+    files, extra, expected = CODE_ELSEWHERE[where]
+    read = Reader({"config.json": {}, **files})
+    paths = listing(*files, *extra, "config.json", "model.safetensors")
+    own = {"module type": "sentence-transformers", "custom pipeline": "transformers",
+           "diffusers class": "diffusers"}[where]
+    choice = select(own if loader == "own" else "all", paths, read)
+    assert expected <= set(choice.code), choice.code
+    others = sorted({ref.split("--")[0] for ref in expected if "--" in ref})
+    assert [r.id for r in choice.requires] == others
+    assert all(r.include == ("*.py",) for r in choice.requires)

@@ -82,12 +82,23 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
         what += f" ({site.origin})"
     if site.via:
         what += f" ({site.via})"
+    if site.code_by_revision and locked is None:
+        return None, "", None  # the call's `revision` site says what is missing
     if lock is not None and locked is None:
         named = rev.value if rev.kind == "wlock" else repo_id
         flag = " --dataset" if site.repo_kind == "dataset" else ""
         return ("WL104", f"{what}, which is not in weights.lock; run `wlock add "
                 f"{named}{flag}` (it locks it)", None)
     commit = locked.revision if locked else None
+    code_repo = _code_repo(locked) if site.param == "code_revision" and locked else None
+    if site.code_by_revision and code_repo is None:
+        return None, "", None  # its own code, at the `revision` the call pins
+    if code_repo is not None:
+        # transformers loads code in another repo at code_revision alone (main when not
+        # given): the pin is that repo's locked commit.
+        held = lock.find("model", code_repo) if lock else None
+        commit = held.revision if held else None
+        what += f" (its code is in {code_repo})"
     if site.family == "datasets" and commit is not None and rev.kind in (
             "missing", "literal", "commit") and not (rev.kind == "commit" and rev.value == commit):
         # datasets asks the Hub for a repo id before it reads the cache, pinned or not, and
@@ -100,6 +111,8 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
                 f"locked commit's folder: {site.call}({folder}, ...)",
                 folder if site.literal and not site.origin else None)
     instead = _instead(site, commit)
+    if code_repo is not None and site.expr is not None:
+        instead = f'write code_revision=wlock.revision("{code_repo}")'
     # Rewritten only where the call itself holds the literal: not a variable's default (it
     # can change at run time), not a string built with + or an f-string.
     fixable = commit if site.literal and not (site.origin or rev.origin) else None
@@ -131,9 +144,9 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
             pinned += f" ({rev.origin})"
         return ("WL103", f"{what} pinned to {pinned}, but weights.lock has {commit[:7]}; "
                 f"{instead}", fixable)
-    if rev.kind == "wlock" and rev.value != repo_id:
+    if rev.kind == "wlock" and rev.value != (code_repo or repo_id):
         return ("WL103", f'{what} with wlock.revision("{rev.value}"), which names another '
-                f'repo; write wlock.revision("{repo_id}")', None)
+                f'repo; write wlock.revision("{code_repo or repo_id}")', None)
     if rev.kind == "dynamic" and site.param == "@":
         return ("WL200", f'{what}: the revision after "@" is not a literal, so wlock cannot '
                 f'check it; write {{wlock.revision("{repo_id}")}} there', None)
@@ -202,6 +215,13 @@ def _instead(site: LoadSite, commit: str | None) -> str:
     if site.param == "@":
         return f'write "…{site.repo_id}@{commit}" (the locked commit)'
     return f'write {site.param}="{commit}" (the locked commit)'
+
+
+def _code_repo(locked: LockedRepo) -> str | None:
+    """The other repo whose code the entry's remote code names (`org/repo--module.Class`),
+    as the lock records it; None when its code is its own."""
+    return next((ref.split("--")[0] for ref in locked.remote_code
+                 if "--" in ref and ref.split("--")[0] != locked.id), None)
 
 
 def _find(lock: Lock, site: LoadSite) -> LockedRepo | None:

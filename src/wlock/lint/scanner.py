@@ -26,7 +26,7 @@ import ast
 import bisect
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
 from wlock.lint.config import Loader
@@ -92,6 +92,9 @@ class LoadSite:
     # load_dataset's config (`name=`, or the second argument) and `split=`, when literals.
     config: str | None = None
     split: str | None = None
+    # A trust_remote_code load with `revision` and no `code_revision`: its own code is
+    # pinned by the revision, code in another repo is not.
+    code_by_revision: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,15 +501,20 @@ class _Visitor:
         ))
 
     def _remote_code(self, call: ast.Call, family: str, repo: Repo) -> None:
-        """WL105 only where the remote code's commit is not already decided: transformers
-        loads the code of the repo itself at `revision` when `code_revision` is not given,
-        so a call that passes `revision` is judged by it (WL101/102/103) alone."""
+        """The commit of the code a trust_remote_code load runs: transformers loads the
+        repo's own code at `revision` when `code_revision` is not given, but code in another
+        repo (`other/repo--module.Class`) at `code_revision` alone, `main` by default
+        (get_class_from_dynamic_module). The judge, which knows from the lock where the
+        code is, decides whether a `revision` pins it (`code_by_revision`)."""
         flag = self._arg(call, None, "trust_remote_code")
         if not (isinstance(flag, ast.Constant) and flag.value is True):
             return
-        if (self._arg(call, None, "code_revision") is not None
-                or self._arg(call, None, "revision") is None):
-            self._add(call, family, repo, "model", "code_revision")
+        by_revision = (self._arg(call, None, "code_revision") is None
+                       and self._arg(call, None, "revision") is not None)
+        before = len(self.sites)
+        self._add(call, family, repo, "model", "code_revision")
+        if by_revision and len(self.sites) > before:
+            self.sites[-1] = replace(self.sites[-1], code_by_revision=True)
 
     # -- the families ------------------------------------------------------------------------
 

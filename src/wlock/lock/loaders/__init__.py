@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from wlock.models import LockedFile
 
@@ -176,34 +177,80 @@ def _with_remote_code(choice: Choice, read: Read) -> Choice:
         code=tuple(sorted(set(choice.code) | set(code))))
 
 
+# The other files a library reads code references from: sentence-transformers' module list
+# and diffusers' pipeline index.
+CODE_CONFIGS = (*AUTO_MAP_CONFIGS, "modules.json", "model_index.json")
+
+
 def remote_code(paths: frozenset[str], read: Read
                 ) -> tuple[tuple[Requirement, ...], tuple[str, ...]]:
-    """The repos whose code an `auto_map` in any locked config (AUTO_MAP_CONFIGS) names, and
-    every class it names (this repo's and others'): what trust_remote_code would run."""
+    """Every class a trust_remote_code load could run from a repo (this one's or another's,
+    `org/repo--module.Class`), wherever a library looks for one: `auto_map` in any config
+    (AUTO_MAP_CONFIGS), config.json's `custom_pipelines` (pipeline() picks its `impl`), a
+    sentence-transformers module whose `type` is not the library's own, a diffusers
+    pipeline whose `_class_name` is `[module, class]` or a component whose module is a `.py`
+    in its folder. Returns the repos that code lives in (required, `*.py` locked) and the
+    references."""
     from wlock.lock.names import repo_id_problem
 
     found: dict[str, Requirement] = {}
     code: set[str] = set()
-    for path in sorted(p for p in paths if p.rsplit("/", 1)[-1] in AUTO_MAP_CONFIGS):
+    for path in sorted(p for p in paths if p.rsplit("/", 1)[-1] in CODE_CONFIGS):
         try:
             data = json.loads(read(path))
         except ValueError:
             continue  # the library would fail on it too; the lock still records it
-        auto_map = data.get("auto_map") if isinstance(data, dict) else None
-        if not isinstance(auto_map, dict):
-            continue
+        for where, reference in _code_references(path, data, paths):
+            code.add(reference)
+            if "--" not in reference:
+                continue
+            repo = reference.split("--")[0]
+            if repo_id_problem(repo) is None and repo not in found:
+                found[repo] = Requirement(repo, "main", f"remote code named in {path}'s "
+                                          f"{where} ({reference})", include=("*.py",))
+    return tuple(found.values()), tuple(sorted(code))
+
+
+def _code_references(path: str, data: Any, paths: frozenset[str]
+                     ) -> Iterator[tuple[str, str]]:
+    """(where in the file, class reference) for each piece of code `path` names."""
+    name = path.rsplit("/", 1)[-1]
+    folder = path[:-len(name)]
+    if name == "modules.json" and isinstance(data, list):
+        # SentenceTransformer._load_module_class_from_ref: a type outside the library is
+        # imported, else (trust_remote_code) taken from the repo, or `org/repo--...`.
+        for module in data:
+            kind = module.get("type") if isinstance(module, dict) else None
+            if isinstance(kind, str) and kind and not kind.startswith("sentence_transformers."):
+                yield "module types", kind
+        return
+    if not isinstance(data, dict):
+        return
+    if name == "model_index.json":
+        # DiffusionPipeline: `_class_name` as [module, class] is a custom pipeline (the
+        # repo's module.py, else a community pipeline); a component [module, class] whose
+        # `{component}/{module}.py` the repo has is custom code (_get_custom_components...).
+        for key, value in data.items():
+            if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], str)
+                    and isinstance(value[1], str)):
+                continue
+            if key == "_class_name":
+                yield "_class_name", f"{value[0]}.{value[1]}"
+            elif f"{folder}{key}/{value[0]}.py" in paths:
+                yield f"component {key}", f"{key}/{value[0]}.{value[1]}"
+        return
+    auto_map = data.get("auto_map")
+    if isinstance(auto_map, dict):
         for value in auto_map.values():
             for reference in value if isinstance(value, list) else [value]:
                 if isinstance(reference, str) and reference:
-                    code.add(reference)
-                if not isinstance(reference, str) or "--" not in reference:
-                    continue
-                repo = reference.split("--")[0]
-                if repo_id_problem(repo) is None and repo not in found:
-                    found[repo] = Requirement(
-                        repo, "main", f"remote code named in {path}'s auto_map ({reference})",
-                        include=("*.py",))
-    return tuple(found.values()), tuple(sorted(code))
+                    yield "auto_map", reference
+    pipelines = data.get("custom_pipelines") if name == "config.json" else None
+    if isinstance(pipelines, dict):
+        for task in pipelines.values():
+            impl = task.get("impl") if isinstance(task, dict) else None
+            if isinstance(impl, str) and impl:
+                yield "custom_pipelines", impl
 
 
 # -- shared by the rules ----------------------------------------------------------------------
