@@ -77,3 +77,14 @@ def test_code_in_another_repo_is_pinned_by_lint_fix_and_the_locked_code_runs(
                    "trust_remote_code=True)\n")
     found = json.loads(run_wlock("lint", "--format", "json", "own.py", cwd=project).stdout)
     assert found["findings"] == []
+    # The README's form, pinned through the lock, is not a finding either.
+    script.write_text(
+        "import wlock\nfrom transformers import AutoConfig\n"
+        f'config = AutoConfig.from_pretrained("{repo_id}", revision=wlock.revision("{repo_id}"),'
+        f' trust_remote_code=True, code_revision=wlock.revision("{code}"))\n')
+    found = json.loads(run_wlock("lint", "--format", "json", "load.py", cwd=project).stdout)
+    assert found["findings"] == []
+    script.write_text(script.read_text().replace(f'code_revision=wlock.revision("{code}")',
+                                                 f'code_revision=wlock.revision("{repo_id}")'))
+    found = json.loads(run_wlock("lint", "--format", "json", "load.py", cwd=project).stdout)
+    assert [f["code"] for f in found["findings"]] == ["WL103"], found
