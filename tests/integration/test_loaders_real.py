@@ -651,3 +651,51 @@ def test_sparse_and_cross_encoders_are_locked_and_give_the_same_scores(
         print(json.dumps({"same": a == b}))
     """, cache, repo_id, revision, str(full), kind)
     assert result == {"same": True}
+
+
+def test_a_speaker_file_with_a_weight_suffix_is_locked_and_loads_offline(
+        hub: Hub, tmp_path: Path) -> None:
+    """Qwen2.5-Omni's `from_pretrained` reads `spk_dict.pt` by name beside its safetensors (a
+    torch.save of the voices): the transformers rule took it for a pickle copy of the weights
+    and left it out, and the offline load failed. A tiny model saved by the library itself,
+    with the speaker file and a pickle copy of the weights beside it: the speaker file is
+    locked, the copy is not, and the model loads offline by id with its voices."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "Qwen2_5OmniForConditionalGeneration"):
+        pytest.skip("this transformers has no Qwen2.5-Omni")
+    from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
+
+    text = {"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+            "rope_scaling": {"type": "default", "rope_type": "default",
+                             "mrope_section": [1, 1, 2]}}
+    vision = {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2,
+              "out_hidden_size": 16, "fullatt_block_indexes": [0], "patch_size": 2,
+              "spatial_merge_size": 1, "temporal_patch_size": 1}
+    audio = {"encoder_layers": 1, "d_model": 16, "encoder_attention_heads": 2,
+             "encoder_ffn_dim": 32, "output_dim": 16, "num_mel_bins": 8,
+             "max_source_positions": 16, "n_window": 2}
+    config = Qwen2_5OmniConfig(thinker_config={"text_config": text, "vision_config": vision,
+                                               "audio_config": audio},
+                               enable_audio_output=False)
+    torch.manual_seed(0)
+    full = tmp_path / "full"
+    Qwen2_5OmniForConditionalGeneration(config).save_pretrained(full)
+    torch.save({"Chelsie": {"cond": torch.arange(3.0)}}, full / "spk_dict.pt")
+    extra = {"pytorch_model.bin": b"\0" * 3000}
+    repo_id, _ = publish(hub, "omni", full, "transformers", extra)
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id)
+    locked = {f.path for f in read_lock(project / "weights.lock").repos[0].files}
+    assert "spk_dict.pt" in locked and "pytorch_model.bin" not in locked
+    result = offline("""
+        import json, sys, torch
+        from transformers import Qwen2_5OmniForConditionalGeneration as Omni
+        repo, revision, full = sys.argv[1:4]
+        a = Omni.from_pretrained(repo, revision=revision)
+        b = Omni.from_pretrained(full)
+        x, y = a.state_dict(), b.state_dict()
+        print(json.dumps({"voices": sorted(a.speaker_map), "cond": a.speaker_map[
+            "Chelsie"]["cond"].tolist(), "same": x.keys() == y.keys() and all(
+            torch.equal(x[k], y[k]) for k in x)}))
+    """, cache, repo_id, revision, str(full))
+    assert result == {"voices": ["Chelsie"], "cond": [0.0, 1.0, 2.0], "same": True}
