@@ -256,7 +256,7 @@ def torch_legacy(fragment: bytes, at: int) -> bytes:
     return b"".join(pickles) + rest
 
 
-def torch_tar(fragment: bytes, member: str) -> bytes:
+def torch_tar(fragment: bytes, member: str, *, decoy: bool = False) -> bytes:
     """torch's legacy tar format as legacy_load reads it: `storages` (a count, then per
     storage a (key, location, type) pickle and its bytes, then the views), `tensors` (a
     count), `pickle` (the object); `fragment` runs in `member` (`storage` for the one
@@ -275,9 +275,12 @@ def torch_tar(fragment: bytes, member: str) -> bytes:
         "tensors": p(0, member == "tensors"),
         "pickle": p({"answer": 42}, member == "pickle"),
     }
+    members = list(files.items())
+    if decoy:  # a benign `pickle` first: tar.extractfile("pickle") takes the last of a name
+        members.insert(0, ("pickle", pickle.dumps({"answer": 0}, protocol=2)))
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in files.items():
+        for name, data in members:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -481,6 +484,10 @@ def _cases() -> list[Case]:
              named("runpy", "_run_code"), "pickle", "runpy._run_code"),
         Case("second-pickle.pkl", FICKLING + ": a second pickle after STOP", twice, reduce,
              "pickle-twice"),
+        Case("second-pickle-proto5.pkl", "the same, the second of protocol 5",
+             lambda f: plain(reduce(GOOD)) + plain(f, 5), reduce, "pickle-twice"),
+        Case("tar-pickle-twice.pt", "torch legacy tar: two `pickle` members, torch reads the "
+             "last", lambda f: torch_tar(f, "pickle", decoy=True), reduce, "torch-file"),
         Case("int-nul.pkl", PICKLETOOLS + ": INT ends at a NUL", proto(2),
              after(b"I1\x00x\n"), "pickle"),
         Case("int-hex.pkl", PICKLETOOLS + ": INT read with base 0", proto(2),
@@ -523,6 +530,8 @@ def _cases() -> list[Case]:
              lambda f: npy(f, structured=True), reduce, "numpy"),
         Case("version2.npy", "numpy format 2.0 header",
              lambda f: npy(f, version=(2, 0)), reduce, "numpy"),
+        Case("version3.npy", "numpy format 3.0 header (utf-8), which np.load reads",
+             lambda f: npy(f, version=(3, 0)), reduce, "numpy"),
         Case("arrays.npz", "Checkmarx 2025 (.npz)", npz, reduce, "numpy"),
         Case("long-header.npy", "numpy format.py: allow_pickle lifts max_header_size",
              npy_long_header, reduce, "numpy"),

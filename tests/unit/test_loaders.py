@@ -473,3 +473,20 @@ def test_remote_code_outside_auto_map_is_found_under_its_loader_and_all(where: s
     others = sorted({ref.split("--")[0] for ref in expected if "--" in ref})
     assert [r.id for r in choice.requires] == others
     assert all(r.include == ("*.py",) for r in choice.requires)
+
+
+@pytest.mark.parametrize("loader", ["all", "diffusers"])
+def test_auto_map_is_read_from_configs_in_every_folder(loader: str) -> None:
+    """A pipeline keeps a model in a folder (`text_encoder/config.json`), whose auto_map
+    transformers follows as for a top-level one: its code is recorded and its repo required
+    (a guard: reading top-level configs only left the whole suite green)."""
+    read = Reader({
+        "model_index.json": {"_class_name": "StableDiffusionPipeline",
+                             "text_encoder": ["transformers", "CLIPTextModel"]},
+        "text_encoder/config.json": {"auto_map": {"AutoModel": "acme/enc--enc.Encoder"}}})
+    paths = listing("model_index.json", "text_encoder/config.json",
+                    "text_encoder/model.safetensors")
+    choice = select(loader, paths, read)
+    assert "acme/enc--enc.Encoder" in choice.code
+    assert [r.id for r in choice.requires] == ["acme/enc"]
+    assert "text_encoder/config.json's auto_map" in choice.requires[0].why

@@ -262,3 +262,29 @@ def test_the_walk_sees_every_import_the_unpickler_would_make_in_mutated_pickles(
         names = {first[0], _find_class(module, name, 0)}
         assert names & set(found.imports) or found.unreadable, (bytes(data), first, found)
     assert importing > 500, importing  # the mutations reach imports often enough to matter
+
+
+@pytest.mark.parametrize("kind", ["gzip", "bz2", "xz", "lzma", "zlib"])
+def test_each_joblib_compressor_is_charged_to_max_inflated(kind: str) -> None:
+    """joblib's compressed dumps are inflated as they are judged: every compressor's output
+    counts against `max-inflated` (a 64 MiB bytes argument, against a bound of 8 MiB)."""
+    from tests.pickle_corpus import _COMPRESS
+
+    size = 64 * MIB
+    body = b"\x80\x04\x8e" + size.to_bytes(8, "little") + bytes(size) + b"."
+    data = _COMPRESS[kind](body)
+    del body
+    found = judged(data, f"bomb.{kind}.joblib", ScanLimits(max_inflated=8 * MIB))
+    assert found.pickle and "max-inflated" in (found.unreadable or ""), found.unreadable
+
+
+def test_deny_refuses_a_pickle_not_read_to_its_end_even_with_no_import_seen() -> None:
+    """`pickle = "deny"` lets plain data through only when it was read to its end: a pickle
+    that broke before any import is unknown, and refused."""
+    from wlock.models import PickleScan
+
+    broken = PickleScan("model.bin", (), pickle=True, unreadable="the pickle ends early")
+    refused = judge_pickle("acme/x", broken, Policy(pickle="deny"))
+    assert [v.detail for v in refused] == ["pickle"]
+    plain = PickleScan("model.bin", (), pickle=True)
+    assert judge_pickle("acme/x", plain, Policy(pickle="deny")) == []
