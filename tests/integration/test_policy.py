@@ -537,3 +537,36 @@ def test_remote_code_outside_auto_map_is_recorded_required_and_denied(
         f.write('\n[tool.wlock.policy]\nremote-code = "deny"\n')
     denied = run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project)
     assert denied.code == 7 and "the policy denies remote code" in denied.stderr, denied.stderr
+
+
+@pytest.mark.parametrize("policy", ["deny", "safe-imports"])
+def test_a_pickle_recorded_as_none_by_hand_is_judged_by_sync_and_rescan(
+        hub: Hub, tmp_path: Path, policy: str) -> None:
+    """A pull request turns a pickle's record into `not-a-pickle = true` and the policy to
+    deny (or safe-imports): sync's gate judges the bytes anyway, under either policy, and
+    refuses them before they are published; `lock --check --rescan` does too (guards: a gate
+    that skipped files recorded as no pickle, or did not run under deny, left the suite
+    green)."""
+    repo_id, _ = evil_pickle_repo(hub)
+    project = policy_project(tmp_path / "p", 'pickle = "allow"\n',
+                             entries=f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    lock_file = project / "weights.lock"
+    text = lock_file.read_text()
+    assert 'imports = ["posix.system"]' in text
+    lock_file.write_text(text.replace('imports = ["posix.system"]', "not-a-pickle = true"))
+    manifest = project / "weights.toml"
+    manifest.write_text(manifest.read_text().replace('pickle = "allow"', f'pickle = "{policy}"'))
+    assert run_wlock("lock", "--check", cwd=project).code == 0  # the records alone pass
+    cache = tmp_path / "cache"
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project)
+    assert synced.code == 7, synced.stderr
+    assert "downloaded bytes hold imports posix.system, where weights.lock records no " \
+        "pickle" in synced.stderr, synced.stderr
+    assert not list(cache.glob("models--*/snapshots/*/weights.pkl"))
+    assert not os.path.exists(f"/tmp/{MARKER}")
+    rescanned = run_wlock("lock", "--check", "--rescan", "--endpoint", hub.endpoint,
+                          cwd=project)
+    assert rescanned.code == 7, rescanned.stderr
+    assert "on the Hub holds a pickle importing posix.system" in rescanned.stderr
