@@ -259,3 +259,41 @@ def test_kill_9_mid_upgrade_leaves_nothing_unverified(hub: Hub, tmp_path: Path) 
     path = hf_hub_download(repo_id, SHARD, revision=sha, local_files_only=True,
                            cache_dir=cache())
     assert Path(path).read_bytes() == after
+
+
+def test_an_upgraded_pickle_is_judged_before_it_is_published(hub: Hub, tmp_path: Path) -> None:
+    """A pickle put together from its cached revision and the changed chunks passes sync's
+    gate like a download (a guard: published without it, the suite stayed green). The new
+    revision runs posix.system; a pull request records it as no pickle under safe-imports:
+    the upgrade is refused before it is published."""
+    import pickle
+
+    from tests.pickle_corpus import EVIL, MARKER, _inject, reduce
+
+    weights = random_weights(12 * 2**20)
+    before = pickle.dumps({"w": weights}, protocol=4)
+    after = _inject(before, reduce(EVIL))
+    repo_id = hub.unique_id("upgrade-gate")
+    builder = StoreBuilder(hub.builder.root, xet=True)
+    builder.commit("model", repo_id, {"weights.pkl": before, "config.json": b"{}"})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n\n'
+                            '[tool.wlock.policy]\npickle = "allow"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    assert run_wlock("sync", "--endpoint", hub.endpoint, cwd=project).code == 0
+    builder.commit("model", repo_id, {"weights.pkl": after})
+    assert run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project).code == 0
+    lock_file = project / "weights.lock"
+    text = lock_file.read_text()
+    assert 'imports = ["posix.system"]' in text
+    lock_file.write_text(text.replace('imports = ["posix.system"]', "not-a-pickle = true"))
+    manifest = project / "weights.toml"
+    manifest.write_text(manifest.read_text().replace('"allow"', '"safe-imports"'))
+    hub.process.reset_stats()
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, cwd=project)
+    assert synced.code == 7, synced.stderr
+    assert "weights.pkl imports posix.system" in synced.stderr, synced.stderr
+    # The upgrade was the path taken: a fraction of the file fetched, as chunks.
+    assert 0 < served(hub) <= 0.2 * len(after), served(hub)
+    commit = read_lock(lock_file).repos[0].revision
+    assert not list(cache().glob(f"models--*/snapshots/{commit}/weights.pkl"))
+    assert not os.path.exists(f"/tmp/{MARKER}")
