@@ -307,3 +307,23 @@ def test_the_token_endpoint_answering_503_once_is_retried(hub: Hub, tmp_path: Pa
     answers = [e["status"] for e in log(hub) if "/xet-read-token/" in e["path"]]
     assert answers[0] == 503 and 200 in answers, answers
     assert run_wlock("check", cwd=project).code == 0
+
+
+def test_the_hub_token_never_goes_to_a_token_route_on_another_origin(hub: Hub,
+                                                                     tmp_path: Path) -> None:
+    """The resolve answer's xet-auth link names another origin, and its read tokens expire
+    in seconds, so hf_xet refreshes them there during the sync: every request to that route
+    (wlock's own, and hf_xet's refreshes) goes without the Hub's token (a guard: refresh
+    headers that always carried it left the suite green)."""
+    project, _, _ = xet_project(hub, tmp_path, sizes=(12_000_000, 12_000_000))
+    hub.process.faults(xet_token={"origin": "cdn", "seconds": 2},
+                       link={"mb_per_s": 4, "listener": "cdn"})
+    hub.process.reset_stats()
+    synced = run_wlock("sync", "--json", "--engine", "xet", "--endpoint", hub.endpoint,
+                       cwd=project, env={"HF_TOKEN": "hf_emulator_secret_token"})
+    assert synced.code == 0, synced.stderr
+    routes = [e for e in log(hub) if "/xet-read-token/" in e["path"]]
+    assert routes and all(e["listener"] == "cdn" for e in routes), routes
+    assert len(routes) >= 2, routes  # refreshed at least once while it downloaded
+    assert not [e for e in routes if e["auth"]], routes
+    assert run_wlock("check", cwd=project).code == 0

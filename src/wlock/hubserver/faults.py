@@ -9,6 +9,8 @@
      "tree_hide": ["data/x.parquet"],        # paths the tree listing leaves out (a stale one)
      "rate_limits": {"api": {"q": 500, "w": 300}, "resolvers": {"q": 3000, "w": 300}},
      "bridge_limit": 400 * 10**9,            # the bridge answers 400 above this size
+     "xet_token": {"origin": "cdn", "seconds": 3},  # the xet-auth link on another origin
+                                             # (the CDN's), and read tokens that expire soon
      "link": {"mb_per_s": 20, "delay_ms": 20, "reset_every": 0, "listener": "cdn"},
      "rules": [{"match": "/resolve/", "method": "GET", "listener": "hub", "times": 2,
                 "action": "status", "status": 429, "retry_after": 1}]}
@@ -156,6 +158,10 @@ class Faults:
         # this many bytes, as the Hub's answers 400 above ~400 GB (huggingface_hub #4330);
         # the CAS serves them. None: no limit.
         self.bridge_limit: int | None = None
+        # Where the resolve answer's xet-auth link points ("hub", or "cdn": another origin,
+        # which must never see the Hub's token), and read tokens' lifetime (None: an hour).
+        self.xet_auth_listener = "hub"
+        self.xet_token_seconds: int | None = None
         self._rules: list[Rule] = []
         self.link = Link()
 
@@ -176,6 +182,12 @@ class Faults:
             self.rates = RateWindows(limits)
             limit = raw.get("bridge_limit")
             self.bridge_limit = None if limit is None else int(limit)
+            xet_token = raw.get("xet_token") or {}
+            self.xet_auth_listener = str(xet_token.get("origin", "hub"))
+            if self.xet_auth_listener not in ("hub", "cdn"):
+                raise ValueError(f"unknown xet_token origin {self.xet_auth_listener!r}")
+            seconds = xet_token.get("seconds")
+            self.xet_token_seconds = None if seconds is None else int(seconds)
             self._rules = rules
             self.link = Link.from_json(raw.get("link") or {})
 

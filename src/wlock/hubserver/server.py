@@ -770,12 +770,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif verb == "xet-read-token" and len(rest) >= 2 and method == "GET":
             self._check_gate(repo)
             self._commit(repo, "/".join(rest[1:]))
-            app = self.server.app
-            expires = int(time.time()) + XET_TOKEN_S
-            token = app.xet_token(expires)
-            self._send_json({"casUrl": app.cdn_url, "accessToken": token, "exp": expires},
-                            {"X-Xet-Cas-Url": app.cdn_url, "X-Xet-Access-Token": token,
-                             "X-Xet-Token-Expiration": str(expires)})
+            self._xet_read_token()
         else:
             raise _HttpError(404, None, f"Not Found: {method} {self.path}")
 
@@ -994,7 +989,9 @@ class _Handler(BaseHTTPRequestHandler):
                 headers["X-Xet-Hash"] = f.xet_hash
                 # Both rels as the live Hub sends them (transcribed_resolve_gpt2_model_
                 # safetensors_302_xet.json): the token route, and the CAS's reconstruction.
-                headers["Link"] = (f"<{self.server.app.endpoint}/api/{kind}s/{repo.id}/"
+                auth_base = (cdn if self.server.app.faults.xet_auth_listener == "cdn"
+                             else self.server.app.endpoint)
+                headers["Link"] = (f"<{auth_base}/api/{kind}s/{repo.id}/"
                                    f'xet-read-token/{commit.sha}>; rel="xet-auth", '
                                    f"<{cdn}/v1/reconstructions/{f.xet_hash}>; "
                                    'rel="xet-reconstruction-info"')
@@ -1059,8 +1056,22 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- the CDN ---------------------------------------------------------------------------
 
+    def _xet_read_token(self) -> None:
+        app = self.server.app
+        expires = int(time.time()) + (app.faults.xet_token_seconds or XET_TOKEN_S)
+        token = app.xet_token(expires)
+        self._send_json({"casUrl": app.cdn_url, "accessToken": token, "exp": expires},
+                        {"X-Xet-Cas-Url": app.cdn_url, "X-Xet-Access-Token": token,
+                         "X-Xet-Token-Expiration": str(expires)})
+
     def _cdn(self, method: str, path: str, query: dict[str, list[str]]) -> None:
         parts = path.strip("/").split("/")
+        if "xet-read-token" in parts and parts[0] == "api" and method == "GET" and \
+                self.server.app.faults.xet_auth_listener == "cdn":
+            # The token route moved to another origin (Faults.xet_token): it answers any
+            # caller, as a host that is not the Hub would; what matters is what it was sent.
+            self._xet_read_token()
+            return
         if parts[0] in ("v1", "v2", "xorbs"):
             self._cas(method, parts, query)
             return
