@@ -210,3 +210,28 @@ def test_debug_logging_never_shows_the_token(hub: Hub, tmp_path: Path) -> None:
     assert done.code == 0, done.stderr
     assert "authenticated: True" in done.stderr  # the Hub client's own request log
     assert secret not in done.stderr + done.stdout
+
+
+def test_global_options_anywhere_on_the_line(hub: Hub, tmp_path: Path) -> None:
+    """As uv takes them: `wlock sync -q` is `wlock -q sync`, `-v`, `--no-progress` and
+    `--color` after the command too; what follows `--`, or the command line `wlock run`
+    passes on, is left as written (a guard: `wlock sync -q` was 'No such option')."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    assert run_wlock("lock", "-q", "--endpoint", hub.endpoint, cwd=project).stderr == ""
+    sync = ["sync", "--endpoint", hub.endpoint, "--cache-dir"]
+    after = run_wlock(*sync, str(tmp_path / "a"), "-q", cwd=project)
+    before = run_wlock("-q", *sync, str(tmp_path / "b"), cwd=project)
+    assert (after.code, after.stderr) == (before.code, before.stderr) == (0, "")
+    verbose = run_wlock(*sync, str(tmp_path / "c"), "-v", "--no-progress", "--color", "never",
+                        cwd=project)
+    assert verbose.code == 0 and "  acme/tiny-bert/config.json (" in verbose.stderr
+    as_json = run_wlock("check", "--json", "-qq", "--cache-dir", str(tmp_path / "a"),
+                        cwd=project)
+    assert as_json.stderr == "" and json.loads(as_json.stdout)["ok"] is True
+    script = "import sys; print(sys.argv[1:])"
+    ran = run_wlock("run", "--cache-dir", str(tmp_path / "a"), "--", sys.executable, "-c",
+                    script, "-q", "-v", cwd=project)
+    assert ran.code == 0 and ran.stdout.strip() == "['-q', '-v']", ran.stderr
+    ran = run_wlock("run", "--cache-dir", str(tmp_path / "a"), sys.executable, "-c", script,
+                    "-q", cwd=project)
+    assert ran.code == 0 and ran.stdout.strip() == "['-q']", ran.stderr

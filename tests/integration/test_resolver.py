@@ -163,13 +163,12 @@ def test_an_adapter_brings_its_base_at_the_commit_it_names_and_takes_it_away(
     assert tree[0].startswith(f"{lora} main ") and tree[1].startswith(f"└── {base} {pinned} ")
     assert tree[1].endswith(f"required by {lora})")
 
-    # As `uv remove`: the base goes with the adapter that alone required it.
-    assert run_wlock("remove", lora, cwd=project).code == 0
-    stale = run_wlock("lock", "--check", cwd=project)
-    assert stale.code == 3, stale.stderr
-    assert f"(removed {', '.join(sorted([base, lora]))})" in stale.stderr, stale.stderr
-    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    # As `uv remove`: the base goes with the adapter that alone required it, from the lock
+    # too, at once and without the Hub.
+    removed = run_wlock("remove", lora, cwd=project)
+    assert removed.code == 0 and "and weights.lock" in removed.stderr, removed.stderr
     assert read_lock(project / "weights.lock").repos == ()
+    assert run_wlock("lock", "--check", cwd=project).code == 0
 
 
 def test_a_base_the_adapter_does_not_pin_is_locked_now_and_said_so(
@@ -254,3 +253,30 @@ def test_an_adapter_whose_base_is_a_local_folder_says_so_and_takes_base_from_the
                                                        'loader = "transformers"'))
     wrong = run_wlock("lock", "--check", cwd=project)
     assert wrong.code == 4 and "`base` names an adapter's base model" in wrong.stderr
+
+
+def test_remove_updates_the_lock_without_the_hub_keeping_every_other_pin(
+        hub: Hub, tmp_path: Path) -> None:
+    """`wlock remove` as `uv remove`: weights.lock loses the entry at once, every other pin
+    kept byte for byte, no request made; a lock that was stale for another entry is left as
+    it was, with `wlock lock` named."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n\n'
+                            '[[dataset]]\nid = "acme/tiny-squad"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    before = read_lock(project / "weights.lock").find("model", "acme/tiny-bert")
+    hub.process.reset_stats()
+    removed = run_wlock("remove", "acme/tiny-squad", "--dataset", "--endpoint", hub.endpoint,
+                        cwd=project)
+    assert removed.code == 0, removed.stderr
+    assert hub.process.stats()["log"] == []
+    lock = read_lock(project / "weights.lock")
+    assert [r.id for r in lock.repos] == ["acme/tiny-bert"]
+    assert lock.repos[0] == before
+    assert run_wlock("lock", "--check", cwd=project).code == 0
+    # Stale for another reason: left as it was.
+    manifest = project / "weights.toml"
+    manifest.write_text(manifest.read_text() + '\n[[model]]\nid = "acme/gated-llama"\n')
+    text = (project / "weights.lock").read_bytes()
+    stale = run_wlock("remove", "acme/tiny-bert", cwd=project)
+    assert stale.code == 0 and "Run `wlock lock` to update the lock." in stale.stderr
+    assert (project / "weights.lock").read_bytes() == text

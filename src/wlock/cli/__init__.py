@@ -12,6 +12,7 @@ import atexit
 import gc
 import importlib
 import os
+import re
 import sys
 
 import click
@@ -100,6 +101,55 @@ def demo() -> None:
     run_demo()
 
 
+# The group's own options, which uv-like habits write anywhere on the line (`wlock sync -q`).
+_GLOBAL_FLAGS = frozenset({"--quiet", "--verbose", "--debug", "--no-progress"})
+_GLOBAL_SHORT = re.compile(r"-[qv]+\Z")
+
+
+def _hoisted(args: list[str]) -> list[str]:
+    """`args` with the group's options that follow the command moved before it, as uv takes
+    global options anywhere: `wlock sync -q` is `wlock -q sync`. Left where they are: what
+    follows `--`, an option the command has itself, and anything after the first argument of
+    a command that passes the rest of the line on (`wlock run python x.py -v`)."""
+    at, i = None, 0
+    while i < len(args):
+        if args[i] == "--":
+            return args
+        if not args[i].startswith("-"):
+            at = i
+            break
+        i += 2 if args[i] == "--color" else 1
+    if at is None:
+        return args
+    command = cli.get_command(click.Context(cli), args[at])
+    if command is None:
+        return args
+    commands = [command, *(getattr(command, "commands", {}) or {}).values()]
+    own = {o for c in commands for p in c.params for o in (*p.opts, *p.secondary_opts)}
+    passes_on = any(isinstance(p, click.Argument) and p.nargs == -1
+                    for c in commands for p in c.params)
+    front, rest, j = args[:at], [args[at]], at + 1
+    positional = False
+    while j < len(args):
+        word = args[j]
+        if word == "--":
+            rest += args[j:]
+            break
+        global_flag = word in _GLOBAL_FLAGS or bool(_GLOBAL_SHORT.match(word))
+        color = word == "--color" or word.startswith("--color=")
+        if (global_flag or color) and not (passes_on and positional) and \
+                word.split("=")[0] not in own and not (
+                    _GLOBAL_SHORT.match(word) and {f"-{c}" for c in word[1:]} & own):
+            take = 2 if word == "--color" else 1
+            front += args[j:j + take]
+            j += take
+            continue
+        positional |= not word.startswith("-")
+        rest.append(word)
+        j += 1
+    return front + rest
+
+
 def main(argv: list[str] | None = None) -> None:
     # At the process's end, after its atexit functions, Python collects the garbage of
     # everything it imported and built, only to free what the system frees anyway: 70-100 ms
@@ -108,10 +158,10 @@ def main(argv: list[str] | None = None) -> None:
     # start of a command, so that every exit path has it and what the command registers
     # runs before it (atexit runs the last registered first).
     atexit.register(gc.freeze)
-    args = sys.argv[1:] if argv is None else argv
+    args = _hoisted(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
     try:
-        cli.main(args=argv, prog_name="wlock", standalone_mode=False)
+        cli.main(args=args, prog_name="wlock", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(130)

@@ -184,7 +184,12 @@ def add(
 @click.option("--dataset", is_flag=True, help="The repo is a dataset (default: a model).")
 @common_options
 def remove(repo_id: str, dataset: bool, settings: Settings) -> None:
-    """Remove a model or dataset from weights.toml.
+    """Remove a model or dataset from weights.toml, and from weights.lock.
+
+    As `uv remove`, the lock is updated at once, with what only that entry required (an
+    adapter's base, a code repo); every other pin is kept as it is, so nothing is asked of
+    the Hub. When the lock was already out of date for another entry, it is left as it was
+    and `wlock lock` named as the next step.
 
     \b
     Examples:
@@ -194,8 +199,33 @@ def remove(repo_id: str, dataset: bool, settings: Settings) -> None:
     from wlock.lock.manifest import MANIFEST_NAME, remove_entry
 
     kind: RepoKind = "dataset" if dataset else "model"
-    path = settings.project() / MANIFEST_NAME
+    project = settings.project()
+    path = project / MANIFEST_NAME
     remove_entry(path, kind, repo_id)
+    locked = _relock_offline(project, settings)
     if settings.json:
-        emit({"manifest": str(path), "kind": kind, "id": repo_id, "removed": True})
-    info(f"Removed {kind} {repo_id} from {path}. Run `wlock lock` to update the lock.")
+        emit({"manifest": str(path), "kind": kind, "id": repo_id, "removed": True,
+              "locked": locked})
+    if locked:
+        info(f"Removed {kind} {repo_id} from {path} and weights.lock.")
+    else:
+        info(f"Removed {kind} {repo_id} from {path}. Run `wlock lock` to update the lock.")
+
+
+def _relock_offline(project: Path, settings: Settings) -> bool:
+    """weights.lock written again from weights.toml without the Hub (every remaining entry
+    kept as locked); False when there is no lock, or an entry needs the Hub."""
+    from wlock.atomic import write_bytes_atomic
+    from wlock.errors import WlockError
+    from wlock.lock.lockfile import LOCK_NAME
+    from wlock.lock.resolve import lock_project
+
+    if not (project / LOCK_NAME).is_file():
+        return False
+    before = (project / LOCK_NAME).read_bytes()
+    try:
+        lock_project(project, endpoint=settings.endpoint, token=None, offline=True)
+    except WlockError:
+        write_bytes_atomic(project / LOCK_NAME, before)
+        return False
+    return True
