@@ -190,12 +190,13 @@ def test_quiet_and_verbose(hub: Hub, tmp_path: Path) -> None:
     as_json = run_wlock("-qq", *sync, str(tmp_path / "d"), "--json", cwd=project)
     assert as_json.stderr == "" and json.loads(as_json.stdout)["ok"] is True
 
-    # A stale lock: the warning shows with -q, not with -qq; an error shows with both.
+    # A stale lock, offline (no re-lock): the warning shows with -q, not with -qq; an error
+    # shows with both.
     (project / "weights.toml").write_text('[[model]]\nid = "acme/tiny-bert"\n'
                                           'include = ["*.json"]\n', encoding="utf-8")
-    warned = run_wlock("-q", *sync, str(tmp_path / "a"), cwd=project)
+    warned = run_wlock("-q", *sync, str(tmp_path / "a"), "--offline", cwd=project)
     assert warned.code == 0 and warned.stderr.startswith("warning: weights.lock is out of date")
-    assert run_wlock("-qq", *sync, str(tmp_path / "a"), cwd=project).stderr == ""
+    assert run_wlock("-qq", *sync, str(tmp_path / "a"), "--offline", cwd=project).stderr == ""
     failed = run_wlock("-qq", *sync, str(tmp_path / "a"), "--locked", cwd=project)
     assert failed.code == 3 and failed.stderr.startswith("error: ")
 
@@ -235,3 +236,30 @@ def test_global_options_anywhere_on_the_line(hub: Hub, tmp_path: Path) -> None:
     ran = run_wlock("run", "--cache-dir", str(tmp_path / "a"), sys.executable, "-c", script,
                     "-q", cwd=project)
     assert ran.code == 0 and ran.stdout.strip() == "['-q']", ran.stderr
+
+
+def test_sync_locks_again_when_weights_toml_changed(hub: Hub, tmp_path: Path) -> None:
+    """As `uv sync`: an edit of weights.toml is locked before the sync (online), --locked
+    fails instead (exit 3), --frozen syncs the lock as it is, --dry-run writes nothing."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    (project / "weights.toml").write_text('[[model]]\nid = "acme/tiny-bert"\n'
+                                          'include = ["*.json"]\n', encoding="utf-8")
+    before = (project / "weights.lock").read_bytes()
+    sync = ["sync", "--endpoint", hub.endpoint, "--cache-dir"]
+    failed = run_wlock(*sync, str(tmp_path / "a"), "--locked", cwd=project)
+    assert failed.code == 3 and (project / "weights.lock").read_bytes() == before
+    dry = run_wlock(*sync, str(tmp_path / "a"), "--dry-run", cwd=project)
+    assert dry.code == 0 and "locking first" in dry.stderr, dry.stderr
+    assert (project / "weights.lock").read_bytes() == before
+    frozen = run_wlock(*sync, str(tmp_path / "f"), "--frozen", "--json", cwd=project)
+    assert frozen.code == 0 and (project / "weights.lock").read_bytes() == before
+    assert json.loads(frozen.stdout)["files_to_fetch"] > 3
+    synced = run_wlock(*sync, str(tmp_path / "a"), "--json", cwd=project)
+    assert synced.code == 0 and "locking first" in synced.stderr, synced.stderr
+    assert run_wlock("lock", "--check", cwd=project).code == 0
+    from wlock.lock.lockfile import read_lock
+
+    locked = [f.path for f in read_lock(project / "weights.lock").repos[0].files]
+    assert locked and all(p.endswith(".json") for p in locked), locked
+    assert json.loads(synced.stdout)["files_to_fetch"] == len(locked)

@@ -22,6 +22,7 @@ from wlock.units import count, human_size
 
 if TYPE_CHECKING:
     from wlock.cache.sources import BlobSource
+    from wlock.models import Lock
 
 
 @click.command()
@@ -121,8 +122,11 @@ def sync(
             error = stale_error(manifest, lock_path, lock, "--locked")
             if locked:
                 raise error
-            warn(f"{LOCK_NAME} is out of date with weights.toml; syncing the "
-                 "lock as it is. Run `wlock lock` to update it.")
+            if settings.offline or lock_path.name != LOCK_NAME:
+                warn(f"{lock_path.name} is out of date with weights.toml; syncing the "
+                     "lock as it is. Run `wlock lock` to update it.")
+            else:
+                lock = _relock(lock_path.parent, settings, dry_run=dry_run)
 
     if verify:
         from wlock.cli.progress import make_progress
@@ -385,6 +389,23 @@ def _render_plan(plan: SyncPlan, as_json: bool) -> None:
                f"{human_size(plan.bytes_to_fetch)}; "
                + (f"{linked:,} already downloaded, to link; " if linked else "")
                + f"{plan.files_present:,} already in place.")
+
+
+def _relock(project: Path, settings: Settings, *, dry_run: bool) -> Lock:
+    """As `uv sync`: weights.toml changed since the lock, so lock again first (as `wlock
+    lock`, with the project's policy; `--dry-run` writes nothing) and sync that."""
+    from wlock.lock.lockfile import LOCK_NAME
+    from wlock.lock.resolve import lock_project
+    from wlock.policy import enforcer, read_policy
+
+    info(f"{LOCK_NAME} is out of date with weights.toml: locking first (--locked fails "
+         "instead, --frozen syncs the lock as it is).")
+    result = lock_project(
+        project, endpoint=settings.endpoint, token=settings.token, dry_run=dry_run,
+        accept=enforcer(project / "weights.toml", "weights.lock was left as it was."),
+        scan_limits=read_policy(project / "weights.toml").limits,
+        budget=settings.rate_budget(), note=None if settings.json else info)
+    return result.lock
 
 
 def _terminated(signum: int, frame: object) -> None:
