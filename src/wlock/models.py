@@ -202,6 +202,19 @@ class FileTable(Sequence[LockedFile]):
 
 
 @dataclass(frozen=True, slots=True)
+class TemplateScan:
+    """A chat template in a locked file (a GGUF's `tokenizer.chat_template`, `key`) that
+    reaches past the renderers' sandbox (`escapes`, in words) or could not be judged
+    (`unreadable`): recorded so the policy (`chat-template`) judges it offline. A template
+    that reaches nothing is not recorded."""
+
+    path: str
+    key: str
+    escapes: tuple[str, ...]
+    unreadable: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PickleScan:
     """A locked file's pickle imports (`module.name`, sorted), or that it holds no pickle:
     what `torch.load` would call, recorded so a policy can judge it offline. `unreadable`:
@@ -247,6 +260,8 @@ class LockedRepo:
     base_models: tuple[str, ...] = ()
     # The classes config.json's `auto_map` names: code `trust_remote_code=True` would run.
     remote_code: tuple[str, ...] = ()
+    # Chat templates that reach past the renderers' sandbox, or could not be judged.
+    templates: tuple[TemplateScan, ...] = ()
 
     @property
     def key(self) -> tuple[RepoKind, str]:

@@ -26,7 +26,7 @@ from wlock.errors import (
 from wlock.hubstatus import hub_error, is_transient, retry_delay
 from wlock.lock.lockfile import is_commit
 from wlock.lock.names import file_path_problem, repo_id_problem
-from wlock.models import LockedFile, PickleScan, RepoKind
+from wlock.models import LockedFile, PickleScan, RepoKind, TemplateScan
 from wlock.ratelimit import RateBudget
 from wlock.version import __version__
 
@@ -312,12 +312,33 @@ class HubClient:
         never the tensors. Returns it and the bytes read. Raises a HubError subclass (exit
         5) naming the file and the host: the Hub failed, or answered a range with bytes
         other than those asked."""
+        from wlock.scan import judge_file
+
+        found, read = self._judge_ranges(kind, repo_id, revision, f, limits, judge_file)
+        scan: PickleScan = found
+        return scan, read
+
+    def scan_templates(self, kind: RepoKind, repo_id: str, revision: str, f: LockedFile,
+                       limits: ScanLimits | None = None) -> tuple[TemplateScan, ...]:
+        """The chat templates of the GGUF file `f` that reach past the renderers' sandbox
+        (wlock.scan.judge_templates), its header read with HTTP ranges (the vocabulary's
+        bytes, never the tensors). Raises as scan_pickle does."""
+        from wlock.scan import judge_templates
+
+        found, _ = self._judge_ranges(kind, repo_id, revision, f, limits, judge_templates)
+        scans: tuple[TemplateScan, ...] = found
+        return scans
+
+    def _judge_ranges(self, kind: RepoKind, repo_id: str, revision: str, f: LockedFile,
+                      limits: ScanLimits | None, judge: Callable[..., Any]) -> tuple[Any, int]:
+        """`judge(stream, path, limits, size)` over the file read with HTTP ranges (blocks,
+        each fetched once, every answer checked), and the bytes read."""
         from urllib.parse import urlsplit
 
         import httpx2
 
         from wlock.lock.pickles import BadRangeError, RangeReader, WholeBody, check_content_range
-        from wlock.scan import ScanLimits, judge_file
+        from wlock.scan import ScanLimits
 
         limits = limits or ScanLimits()
         prefix = "datasets/" if kind == "dataset" else ""
@@ -391,8 +412,7 @@ class HubClient:
 
         reader = RangeReader(f.size, fetch)
         try:
-            return judge_file(io.BufferedReader(reader), f.path, limits, f.size), \
-                reader.bytes_read
+            return judge(io.BufferedReader(reader), f.path, limits, f.size), reader.bytes_read
         finally:
             whole.close()
 

@@ -49,6 +49,7 @@ from wlock.models import (
     ManifestEntry,
     PickleScan,
     RepoKind,
+    TemplateScan,
 )
 from wlock.units import human_size
 
@@ -61,6 +62,7 @@ DEFAULT_JOBS = 16
 ReadFile = Callable[[RepoKind, str, str, str], bytes]
 # The judgement of a locked file, read from the Hub with ranges (HubClient.scan_pickle).
 ScanPickle = Callable[[RepoKind, str, str, LockedFile], PickleScan]
+ScanTemplates = Callable[[RepoKind, str, str, LockedFile], tuple[TemplateScan, ...]]
 
 
 def _no_reads(kind: RepoKind, repo_id: str, revision: str, path: str) -> bytes:
@@ -230,6 +232,7 @@ def plan_lock(
     jobs: int = DEFAULT_JOBS,
     read_file: ReadFile = _no_reads,
     scan_pickle: ScanPickle | None = None,
+    scan_templates: ScanTemplates | None = None,
 ) -> LockResult:
     """The lock the manifest calls for, and how it differs from `previous`; writes nothing.
 
@@ -322,6 +325,7 @@ def plan_lock(
     fresh = {e.key for e in manifest.entries if e.key not in kept}
     fresh |= {d.key for d in dependencies if previous is None or d is not previous.find(*d.key)}
     repos = scan_pickles(repos + dependencies, fresh, scan_pickle, jobs, read_file)
+    repos = judge_chat_templates(repos, fresh, scan_templates, jobs)
     lock = Lock(manifest_digest=manifest.digest, repos=tuple(repos))
     return LockResult(
         lock=lock, changes=diff_locks(previous, lock), written=False, renamed=tuple(renamed),
@@ -380,6 +384,29 @@ def scan_pickles(repos: list[LockedRepo], fresh: set[tuple[RepoKind, str]],
             by_repo.setdefault(repo.key, []).append(scan)
     return [replace(r, pickles=tuple(sorted(by_repo[r.key], key=lambda p: p.path)))
             if r.key in by_repo else r for r in repos]
+
+
+def judge_chat_templates(repos: list[LockedRepo], fresh: set[tuple[RepoKind, str]],
+                         scan_templates: ScanTemplates | None, jobs: int) -> list[LockedRepo]:
+    """`repos` with the chat templates of every locked GGUF file of the `fresh` ones that
+    reach past the renderers' sandbox, or could not be judged, recorded (`templates`); the
+    others as they were locked."""
+    if scan_templates is None:
+        return repos
+    from wlock.scan import is_template_judged
+
+    work = [(repo, f) for repo in repos if repo.key in fresh
+            for f in repo.files if f.size and is_template_judged(f.path)]
+    if not work:
+        return repos
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(work)))) as pool:
+        found = list(pool.map(lambda item: scan_templates(item[0].kind, item[0].id,
+                                                          item[0].revision, item[1]), work))
+    by_repo: dict[tuple[RepoKind, str], list[TemplateScan]] = {}
+    for (repo, _), scans in zip(work, found, strict=True):
+        by_repo.setdefault(repo.key, []).extend(scans)
+    return [replace(r, templates=tuple(sorted(by_repo[r.key], key=lambda t: (t.path, t.key))))
+            if by_repo.get(r.key) else r for r in repos]
 
 
 def _dependencies(
@@ -548,6 +575,8 @@ def lock_project(
         read_file=client.read_file,
         scan_pickle=lambda kind, repo_id, revision, f: client.scan_pickle(
             kind, repo_id, revision, f, scan_limits)[0],
+        scan_templates=lambda kind, repo_id, revision, f: client.scan_templates(
+            kind, repo_id, revision, f, scan_limits),
     )
     if accept is not None:
         accept(result.lock)

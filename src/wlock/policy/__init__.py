@@ -5,6 +5,7 @@
     pickle = "safe-imports"   # | "deny" | "allow"
     licenses = ["apache-2.0", "mit"]      # SPDX ids as cards write them; absent: any
     remote-code = "locked"    # | "deny"
+    chat-template = "sandboxed"   # | "allow"
 
 The judge reads the lock's records (what each pickle imports, each repo's licence and the
 classes `auto_map` names), so `lock --check` enforces it in CI without a request; `sync`
@@ -23,11 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from wlock.errors import InvalidFileError, PolicyError
-from wlock.models import Lock, LockedRepo, PickleScan
+from wlock.models import Lock, LockedRepo, PickleScan, TemplateScan
 from wlock.scan.budget import ScanLimits
 
 PICKLE_MODES = ("safe-imports", "deny", "allow")
 REMOTE_CODE_MODES = ("locked", "deny")
+# "sandboxed": a chat template (a GGUF's) that reaches past the renderers' sandbox, or that
+# could not be judged, is refused; "allow": templates are not judged.
+CHAT_TEMPLATE_MODES = ("sandboxed", "allow")
 
 # What `safe-imports` lets a pickle import: the functions torch.load(weights_only=True)
 # accepts to rebuild tensors, storages and containers (torch/_weights_only_unpickler.py,
@@ -75,6 +79,7 @@ class Policy:
     pickle: str = "safe-imports"
     licenses: tuple[str, ...] | None = None  # None: any licence
     remote_code: str = "locked"
+    chat_template: str = "sandboxed"
     path: str = "weights.toml"  # where it was read, for messages
     # [tool.wlock.policy.scan]: each judgement's bounds (a frozen value: one default is safe)
     limits: ScanLimits = ScanLimits()  # noqa: RUF009
@@ -82,7 +87,7 @@ class Policy:
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    kind: str  # "pickle", "license", "remote-code"
+    kind: str  # "pickle", "license", "remote-code", "chat-template"
     repo: str
     path: str | None  # the file, when one is at fault
     detail: str  # the import, the licence, the class
@@ -113,9 +118,9 @@ def read_policy(manifest: Path) -> Policy:
     if not isinstance(raw, dict):
         raise fail("policy", "must be a table", "Write [tool.wlock.policy].")
     for key in raw:
-        if key not in ("pickle", "licenses", "remote-code", "scan"):
+        if key not in ("pickle", "licenses", "remote-code", "chat-template", "scan"):
             raise fail(key, "unknown key",
-                       "The policy takes pickle, licenses, remote-code, scan.")
+                       "The policy takes pickle, licenses, remote-code, chat-template, scan.")
     pickle = raw.get("pickle", "safe-imports")
     if pickle not in PICKLE_MODES:
         raise fail("pickle", f"{pickle!r} is not a pickle policy",
@@ -128,6 +133,10 @@ def read_policy(manifest: Path) -> Policy:
     if remote not in REMOTE_CODE_MODES:
         raise fail("remote-code", f"{remote!r} is not a remote-code policy",
                    f"One of: {', '.join(REMOTE_CODE_MODES)}.")
+    template = raw.get("chat-template", "sandboxed")
+    if template not in CHAT_TEMPLATE_MODES:
+        raise fail("chat-template", f"{template!r} is not a chat-template policy",
+                   f"One of: {', '.join(CHAT_TEMPLATE_MODES)}.")
     scan = raw.get("scan", {})
     if not isinstance(scan, dict):
         raise fail("scan", "must be a table", "Write [tool.wlock.policy.scan].")
@@ -141,8 +150,8 @@ def read_policy(manifest: Path) -> Policy:
                        "Bytes as a number (268435456), seconds as a number.")
         bounds[key.replace("-", "_")] = value
     return Policy(pickle=pickle, licenses=tuple(x.lower() for x in licenses)
-                  if licenses is not None else None, remote_code=remote, path=display,
-                  limits=ScanLimits(**bounds))
+                  if licenses is not None else None, remote_code=remote,
+                  chat_template=template, path=display, limits=ScanLimits(**bounds))
 
 
 def expected_scan(repo: LockedRepo, path: str,
@@ -185,13 +194,30 @@ def judge_pickle(repo: str, scan: PickleScan, policy: Policy) -> list[Violation]
             for name in scan.imports if not safe_import(name)]
 
 
+def judge_template(repo: str, scan: TemplateScan, policy: Policy) -> list[Violation]:
+    """A chat template that reaches past the renderers' sandbox, or that could not be
+    judged, refused under `chat-template = "sandboxed"`."""
+    if policy.chat_template == "allow":
+        return []
+    if scan.unreadable is not None:
+        return [Violation("chat-template", repo, scan.path, "unknown",
+                          f"{repo}: {scan.path}'s {scan.key} could not be judged, so "
+                          f"`chat-template = \"sandboxed\"` refuses it: {scan.unreadable}")]
+    return [Violation("chat-template", repo, scan.path, ", ".join(scan.escapes),
+                      f"{repo}: {scan.path}'s {scan.key} reaches past the renderers' sandbox "
+                      f"({'; '.join(scan.escapes)}): rendered, it could run code")]
+
+
 def judge_repo(repo: LockedRepo, lock: Lock, policy: Policy,
-               scans: Iterable[PickleScan] | None = None) -> list[Violation]:
-    """What `policy` refuses in one locked repo. `scans`: the pickles' imports to judge
-    (default: what the lock recorded)."""
+               scans: Iterable[PickleScan] | None = None,
+               templates: Iterable[TemplateScan] | None = None) -> list[Violation]:
+    """What `policy` refuses in one locked repo. `scans`, `templates`: the pickles' imports
+    and the chat templates to judge (default: what the lock recorded)."""
     out: list[Violation] = []
     for scan in repo.pickles if scans is None else scans:
         out += judge_pickle(repo.id, scan, policy)
+    for template in repo.templates if templates is None else templates:
+        out += judge_template(repo.id, template, policy)
     if policy.licenses is not None and repo.kind == "model":
         # Every licence a card lists must be allowed (a list does not say "any of").
         for licence in repo.licenses or ("",):
@@ -280,6 +306,9 @@ _HINTS = {
     "licence to `licenses` in [tool.wlock.policy] once your use complies with it.",
     "remote-code": "For remote code: lock the repo that holds it (`wlock add ORG/NAME`), or "
     "set `remote-code` in [tool.wlock.policy] if you mean to allow it.",
+    "chat-template": "For a chat template: take another file or repo (a real chat template "
+    "names nothing the sandbox hides), or set `chat-template = \"allow\"` in "
+    "[tool.wlock.policy] if your renderer is not a Jinja sandbox you rely on.",
 }
 
 

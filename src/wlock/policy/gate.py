@@ -13,38 +13,53 @@ from collections.abc import Callable
 
 from wlock.errors import PolicyError
 from wlock.models import LockedFile, LockedRepo, PickleScan
-from wlock.policy import Policy, expected_scan, judge_pickle
-from wlock.scan import is_judged, judge_file
+from wlock.policy import Policy, expected_scan, judge_pickle, judge_template
+from wlock.scan import is_judged, is_template_judged, judge_file, judge_templates
 
 
 def admission(policy: Policy) -> Callable[[LockedRepo, LockedFile, str], None] | None:
     """The check `execute_plan(admit=...)` calls for each verified blob; None when the
-    policy allows any pickle (nothing to judge)."""
-    if policy.pickle == "allow":
+    policy allows any pickle and any chat template (nothing to judge)."""
+    if policy.pickle == "allow" and policy.chat_template == "allow":
         return None
 
     def admit(repo: LockedRepo, f: LockedFile, temp: str) -> None:
-        if not f.size or not is_judged(repo.kind, f.path):
+        if not f.size:
+            return
+        problems: list[str] = []
+        if policy.chat_template != "allow" and is_template_judged(f.path):
+            # A GGUF's chat template, judged from the bytes about to be published whatever
+            # the lock records (an edited record says nothing of them).
+            with open(temp, "rb") as handle:
+                problems += [v.message for t in judge_templates(handle, f.path, policy.limits,
+                                                                f.size)
+                             for v in judge_template(repo.id, t, policy)]
+        if policy.pickle == "allow" or not is_judged(repo.kind, f.path):
+            _refuse(repo, f, problems, policy)
             return
         with open(temp, "rb") as handle:
             found = judge_file(handle, f.path, policy.limits, f.size)
-        problems = [v.message for v in judge_pickle(repo.id, found, policy)]
+        problems += [v.message for v in judge_pickle(repo.id, found, policy)]
         # Bytes that differ from what the lock says are not the bytes `lock` judged; where
         # the lock says nothing, the policy alone judges them.
         old = expected_scan(repo, f.path)
         if old is not None and (old.imports, old.pickle) != (found.imports, found.pickle):
             problems.append(_differs(repo, found, old))
-        if problems:
-            raise PolicyError(
-                "; ".join(problems) + " (refused before it was published: nothing of it is "
-                "in the cache)",
-                hint=f"The policy in {policy.path} refuses these bytes. If the lock's record "
-                "differs, the lock was edited or the server showed `wlock lock` other bytes "
-                "than it serves: check weights.lock's history, and lock again "
-                "(`wlock lock --check --rescan` judges the Hub's bytes now).",
-                subject=f"{repo.id}/{f.path}")
+        _refuse(repo, f, problems, policy)
 
     return admit
+
+
+def _refuse(repo: LockedRepo, f: LockedFile, problems: list[str], policy: Policy) -> None:
+    if problems:
+        raise PolicyError(
+            "; ".join(problems) + " (refused before it was published: nothing of it is "
+            "in the cache)",
+            hint=f"The policy in {policy.path} refuses these bytes. If the lock's record "
+            "differs, the lock was edited or the server showed `wlock lock` other bytes "
+            "than it serves: check weights.lock's history, and lock again "
+            "(`wlock lock --check --rescan` judges the Hub's bytes now).",
+            subject=f"{repo.id}/{f.path}")
 
 
 def _differs(repo: LockedRepo, found: PickleScan, old: PickleScan) -> str:

@@ -26,7 +26,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
-from wlock.models import LockedFile, PickleScan, RepoKind
+from wlock.models import LockedFile, PickleScan, RepoKind, TemplateScan
 from wlock.scan.budget import ScanLimits
 from wlock.scan.formats import judge_stream
 
@@ -91,4 +91,37 @@ def judge_file(stream: BinaryIO | io.RawIOBase, path: str, limits: ScanLimits | 
     return PickleScan(path, tuple(sorted(found.imports)), found.pickle, found.unreadable)
 
 
-__all__ = ["ScanLimits", "is_judged", "judge_file", "judged_at_lock", "pickle_shards"]
+def judge_templates(stream: BinaryIO | io.RawIOBase, path: str,
+                    limits: ScanLimits | None = None, size: int | None = None,
+                    ) -> tuple[TemplateScan, ...]:
+    """The chat templates of the GGUF file at `path` (read from `stream`, from its start)
+    that reach past the renderers' sandbox, or could not be judged; () for any other file.
+    Raises only what the stream raises."""
+    from wlock.scan.budget import Budget, Source, Unjudged
+    from wlock.scan.gguf import TEMPLATE_KEY, chat_templates, is_gguf
+    from wlock.scan.template import judge_template
+
+    stream.seek(0)
+    if not is_gguf(stream.read(4) or b""):
+        return ()
+    stream.seek(0)
+    try:
+        found = chat_templates(Source(stream, Budget(limits or ScanLimits()), size))
+    except Unjudged as e:
+        return (TemplateScan(path, TEMPLATE_KEY, (), f"its header could not be read: {e}"),)
+    out = []
+    for key, text in found:
+        escapes, unreadable = judge_template(text)
+        if escapes or unreadable:
+            out.append(TemplateScan(path, key, escapes, unreadable))
+    return tuple(out)
+
+
+def is_template_judged(path: str) -> bool:
+    """Whether a locked file's chat templates are judged: a GGUF file (by its name here, to
+    keep lock's range reads to the files llama.cpp opens; its bytes decide after)."""
+    return path.lower().endswith(".gguf")
+
+
+__all__ = ["ScanLimits", "is_judged", "is_template_judged", "judge_file", "judge_templates",
+           "judged_at_lock", "pickle_shards"]
