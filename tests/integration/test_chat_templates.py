@@ -100,3 +100,60 @@ def test_a_record_removed_by_hand_is_caught_by_sync_and_audit(hub: Hub, tmp_path
     found = json.loads(audited.stdout)
     assert any(v["kind"] == "chat-template" for v in found["violations"]), found
     assert not os.path.exists(f"/tmp/{MARKER}")
+
+
+def tokenizer_repo(hub: Hub, tmp_path: Path, stem: str, template: str, where: str
+                   ) -> tuple[str, Path]:
+    """A tokenizer as transformers saves one, its chat template in `where`: the
+    tokenizer_config.json's `chat_template` (transformers 4.x) or chat_template.jinja (5.x)."""
+    from tests.integration.test_loaders_real import tiny_bert
+
+    folder = tiny_bert(tmp_path / stem)
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config.pop("chat_template", None)
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    if where == "tokenizer_config.json":
+        config["chat_template"] = template
+    else:
+        (folder / "chat_template.jinja").write_text(template)
+    config_path.write_text(json.dumps(config))
+    files = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
+             if p.is_file()}
+    repo_id = hub.unique_id(stem)
+    hub.builder.commit("model", repo_id, files)
+    hub.builder.configure("model", repo_id, extra={"library_name": "transformers"})
+    return repo_id, folder
+
+
+@pytest.mark.parametrize("where", ["tokenizer_config.json", "chat_template.jinja"])
+def test_a_tokenizers_chat_template_is_judged_and_its_benign_twin_renders(
+        hub: Hub, tmp_path: Path, where: str) -> None:
+    """transformers' apply_chat_template renders the tokenizer's template in the same
+    sandbox: a malicious one is refused at add, the benign twin is locked and renders with
+    the real transformers, offline from the synced cache."""
+    pytest.importorskip("transformers")
+    evil, _ = tokenizer_repo(hub, tmp_path / "e", "tok-evil", MALICIOUS["cycler"], where)
+    project = write_project(tmp_path / "p", "")
+    added = run_wlock("add", evil, "--endpoint", hub.endpoint, cwd=project)
+    assert added.code == 7, added.stderr
+    assert f"{evil}: {where}'s chat_template reaches past the renderers' sandbox" in \
+        added.stderr, added.stderr
+    good, _ = tokenizer_repo(hub, tmp_path / "g", "tok-good", BENIGN["chatml"], where)
+    assert run_wlock("add", good, "--endpoint", hub.endpoint, cwd=project).code == 0
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    revision = read_lock(project / "weights.lock").find("model", good).revision  # type: ignore[union-attr]
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache)}
+    done = subprocess.run([sys.executable, "-c", (
+        "import sys\nfrom transformers import AutoTokenizer\n"
+        "tok = AutoTokenizer.from_pretrained(sys.argv[1], revision=sys.argv[2])\n"
+        "print(tok.apply_chat_template([{'role': 'user', 'content': 'hi'}], tokenize=False,"
+        " add_generation_prompt=True))\n"), good, revision], env=env, capture_output=True,
+        text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "<|im_start|>user\nhi<|im_end|>" in done.stdout

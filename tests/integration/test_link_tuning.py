@@ -101,8 +101,10 @@ def test_loopback_keeps_todays_connections(hub: Hub, big: str, tmp_path: Path) -
     chosen = tune(hub, big, tmp_path)
     assert chosen.per_file == 2, chosen  # 8 shared by 4 files, as before
     assert "do not help" in chosen.limit
-    # Under GAIN, a second single stream could only lower the gain: not measured.
-    assert hub.process.stats()["requests"]["cdn"] == 1 + 4
+    # One single stream and four; a second single stream only where the first looked slowed
+    # (a machine busy with the suite's other worker can make loopback look so; which ratios
+    # call for it is test_when_a_second_single_stream_is_measured's).
+    assert hub.process.stats()["requests"]["cdn"] in (1 + 4, 1 + 4 + 1)
 
 
 @pytest.mark.parametrize("one, four, again, used, more", [
