@@ -29,6 +29,7 @@ from typing import BinaryIO
 from wlock.models import LockedFile, PickleScan, RepoKind, TemplateScan
 from wlock.scan.budget import ScanLimits
 from wlock.scan.formats import judge_stream
+from wlock.scan.template import judge_template
 
 # datasets' packaged builders for these read them with pyarrow, json, csv, PIL, soundfile
 # (datasets/packaged_modules/): none unpickles.
@@ -94,21 +95,31 @@ def judge_file(stream: BinaryIO | io.RawIOBase, path: str, limits: ScanLimits | 
 def judge_templates(stream: BinaryIO | io.RawIOBase, path: str,
                     limits: ScanLimits | None = None, size: int | None = None,
                     ) -> tuple[TemplateScan, ...]:
-    """The chat templates of the GGUF file at `path` (read from `stream`, from its start)
-    that reach past the renderers' sandbox, or could not be judged; () for any other file.
-    Raises only what the stream raises."""
+    """The chat templates in the file at `path` (read from `stream`, from its start) that
+    reach past the renderers' sandbox, or could not be judged: a GGUF's header, a tokenizer's
+    or processor's config (`chat_template`: one, or a list of named ones), a `.jinja` file
+    (transformers 5 saves the template as `chat_template.jinja`, named ones under
+    `additional_chat_templates/`); () for any other file. Raises only what the stream
+    raises."""
     from wlock.scan.budget import Budget, Source, Unjudged
     from wlock.scan.gguf import TEMPLATE_KEY, chat_templates, is_gguf
-    from wlock.scan.template import judge_template
 
     stream.seek(0)
-    if not is_gguf(stream.read(4) or b""):
-        return ()
+    head = stream.read(4) or b""
     stream.seek(0)
+    name = path.rsplit("/", 1)[-1]
+    found: list[tuple[str, str]] = []
     try:
-        found = chat_templates(Source(stream, Budget(limits or ScanLimits()), size))
+        if is_gguf(head):
+            found = chat_templates(Source(stream, Budget(limits or ScanLimits()), size))
+        elif name.endswith(".jinja") or name in _TEMPLATE_CONFIGS:
+            data = stream.read(MAX_TEMPLATE_FILE + 1) or b""
+            if len(data) > MAX_TEMPLATE_FILE:
+                raise Unjudged(f"a file of more than {MAX_TEMPLATE_FILE:,} bytes")
+            found = _config_templates(name, data)
     except Unjudged as e:
-        return (TemplateScan(path, TEMPLATE_KEY, (), f"its header could not be read: {e}"),)
+        return (TemplateScan(path, TEMPLATE_KEY if is_gguf(head) else "chat_template", (),
+                             f"it could not be read: {e}"),)
     out = []
     for key, text in found:
         escapes, unreadable = judge_template(text)
@@ -117,10 +128,42 @@ def judge_templates(stream: BinaryIO | io.RawIOBase, path: str,
     return tuple(out)
 
 
+# The configs transformers reads a chat template from (tokenizer_config.json's
+# `chat_template`, a processor's chat_template.json), and their largest judged size.
+_TEMPLATE_CONFIGS = ("tokenizer_config.json", "chat_template.json")
+MAX_TEMPLATE_FILE = 64 * 1024 * 1024
+
+
+def _config_templates(name: str, data: bytes) -> list[tuple[str, str]]:
+    from wlock.scan.budget import Unjudged
+
+    if name.endswith(".jinja"):
+        stem = name.removesuffix(".jinja")
+        key = "chat_template" if stem == "chat_template" else f"chat_template.{stem}"
+        return [(key, data.decode("utf-8", "replace"))]
+    try:
+        config = json.loads(data)
+    except ValueError:
+        return []  # the library fails on it too: nothing of it is rendered
+    value = config.get("chat_template") if isinstance(config, dict) else None
+    if isinstance(value, str):
+        return [("chat_template", value)]
+    if isinstance(value, list):  # named templates: [{"name": ..., "template": ...}]
+        out = []
+        for item in value:
+            if not (isinstance(item, dict) and isinstance(item.get("template"), str)):
+                raise Unjudged("a chat_template list whose items are not {name, template}")
+            out.append((f"chat_template.{item.get('name')}", item["template"]))
+        return out
+    return []
+
+
 def is_template_judged(path: str) -> bool:
-    """Whether a locked file's chat templates are judged: a GGUF file (by its name here, to
-    keep lock's range reads to the files llama.cpp opens; its bytes decide after)."""
-    return path.lower().endswith(".gguf")
+    """Whether a locked file's chat templates are judged (by its name, to keep lock's range
+    reads to the files a renderer reads; its bytes decide after): a GGUF file, a tokenizer's
+    or processor's config, a `.jinja` template."""
+    name = path.rsplit("/", 1)[-1].lower()
+    return name.endswith((".gguf", ".jinja")) or name in _TEMPLATE_CONFIGS
 
 
 __all__ = ["ScanLimits", "is_judged", "is_template_judged", "judge_file", "judge_templates",
