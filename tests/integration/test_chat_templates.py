@@ -88,6 +88,12 @@ def test_a_record_removed_by_hand_is_caught_by_sync_and_audit(hub: Hub, tmp_path
     manifest = project / "weights.toml"
     manifest.write_text(manifest.read_text().replace('chat-template = "allow"\n', ""))
     assert run_wlock("lock", "--check", cwd=project).code == 0  # the records alone pass
+    rescanned = run_wlock("lock", "--check", "--rescan", "--endpoint", hub.endpoint,
+                          cwd=project)
+    assert rescanned.code == 7, rescanned.stderr
+    assert "model.Q8_0.gguf's tokenizer.chat_template on the Hub reaches the attribute " \
+        "__builtins__" in rescanned.stderr and "where weights.lock records nothing" in \
+        rescanned.stderr, rescanned.stderr
     cache = tmp_path / "cache"
     synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
                        cwd=project)

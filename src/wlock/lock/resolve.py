@@ -496,9 +496,12 @@ def rescan_lock(lock: Lock, *, endpoint: str, token: str | None,
     a HubError subclass (exit 5) naming the file when a read fails."""
     client = HubClient(endpoint, token, timeout=timeout, budget=budget)
     fresh = {r.key for r in lock.repos}
-    cleared = [replace(r, pickles=()) for r in lock.repos]
+    cleared = [replace(r, pickles=(), templates=()) for r in lock.repos]
     scanned = scan_pickles(cleared, fresh, lambda kind, repo_id, revision, f: client.scan_pickle(
         kind, repo_id, revision, f, scan_limits)[0], jobs, client.read_file)
+    scanned = judge_chat_templates(
+        scanned, fresh, lambda kind, repo_id, revision, f: client.scan_templates(
+            kind, repo_id, revision, f, scan_limits), jobs)
     return replace(lock, repos=tuple(scanned))
 
 

@@ -276,7 +276,28 @@ def judge_rescan(lock: Lock, rescanned: Lock, policy: Policy) -> list[Violation]
                     f"{_shown(new)}, where weights.lock records {_shown(old)}"))
         for scan in now.pickles:
             out += judge_pickle(repo.id, scan, policy)
+        was = {(t.path, t.key): t for t in repo.templates}
+        found_now = {(t.path, t.key): t for t in now.templates}
+        for path, key in sorted(set(was) | set(found_now)):
+            old_t, new_t = was.get((path, key)), found_now.get((path, key))
+            if (old_t and (old_t.escapes, old_t.unreadable)) != (
+                    new_t and (new_t.escapes, new_t.unreadable)):
+                out.append(Violation(
+                    "changed", repo.id, path, key,
+                    f"{repo.id}: {path}'s {key} on the Hub "
+                    f"{_template_shown(new_t)}, where weights.lock records "
+                    f"{_template_shown(old_t) if old_t else 'nothing'}"))
+        for template in now.templates:
+            out += judge_template(repo.id, template, policy)
     return out
+
+
+def _template_shown(scan: TemplateScan | None) -> str:
+    if scan is None:
+        return "reaches nothing past the sandbox"
+    if scan.unreadable:
+        return f"could not be judged ({scan.unreadable})"
+    return "reaches " + "; ".join(scan.escapes)
 
 
 def _shown(scan: PickleScan) -> str:
