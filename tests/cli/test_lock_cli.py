@@ -540,3 +540,30 @@ def test_a_cache_path_through_a_file_is_exit_6_naming_it(tmp_path: Path, variabl
                 "not a folder"), result.stderr
     assert run_wlock("lock", "--check", cwd=project, env=env).code == 0
     assert run_wlock("lint", str(project), cwd=project, env=env).code == 0
+
+
+def test_add_blames_the_flag_it_was_given(hub: Hub, tmp_path: Path) -> None:
+    """An add whose flag names what the repo does not have says so of the flag, not of a
+    line of weights.toml the user never wrote (and that was put back as it was)."""
+    project = write_project(tmp_path / "p", "")
+    before = (project / "weights.toml").read_bytes()
+    cases = {
+        ("acme/tiny-bert", "--variant", "int8"):
+            ("--variant int8: acme/tiny-bert at bd07acc: no 'int8' variant", "Drop --variant"),
+        ("acme/tiny-squad", "--dataset", "--config", "nope"):
+            ("--config nope: acme/tiny-squad at 6c7cdb5: no config 'nope'", None),
+        ("acme/tiny-squad", "--dataset", "--split", "nope"):
+            ("--split nope: acme/tiny-squad at 6c7cdb5: config 'default' has no split", None),
+        ("acme/tiny-bert", "--include", "*.nope"):
+            ("--include *.nope: '*.nope' matches no file of acme/tiny-bert", "or fix --include"),
+        ("acme/tiny-bert@nope",): (None, "Check the @nope of acme/tiny-bert@nope"),
+    }
+    for args, (message, hint) in cases.items():
+        done = run_wlock("add", *args, "--endpoint", hub.endpoint, cwd=project)
+        assert done.code in (4, 5), done.stderr
+        if message:
+            assert done.stderr.startswith(f"error: {message}"), done.stderr
+            assert "weights.toml:" not in done.stderr.splitlines()[0]
+        if hint:
+            assert hint in done.stderr, done.stderr
+        assert (project / "weights.toml").read_bytes() == before

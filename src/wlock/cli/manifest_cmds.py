@@ -130,6 +130,7 @@ def add(
                 loader = "datasets" if usable else "all"
                 chosen_by = "its card and files"
         except WlockError as e:
+            _blame_the_flag(e, kind, spec, ref, path, {})
             e.hint = ((e.hint + "\n") if e.hint else "") + f"{MANIFEST_NAME} was left as it was."
             raise
         if kind == "model":
@@ -159,6 +160,9 @@ def add(
                                   note=None if settings.json else info)
         except WlockError as e:
             write_bytes_atomic(path, before)  # as it was: nothing half-added
+            _blame_the_flag(e, kind, spec, ref, path, {
+                "variant": variant, "config": config, "split": split,
+                "include": " ".join(include), "exclude": " ".join(exclude)})
             e.hint = ((e.hint + "\n") if e.hint else "") + (
                 f"{MANIFEST_NAME} was left as it was.")
             raise
@@ -177,6 +181,28 @@ def add(
         for line in result.selected if result else ():
             info(line)
         info(f"{verb} {kind} {repo_id} in {path}{how} and locked it at {revision[:7]}.")
+
+
+def _blame_the_flag(e: Exception, kind: str, spec: str, ref: str | None, manifest: Path,
+                    given: dict[str, str | None]) -> None:
+    """An error about the entry `add` just wrote, at a key a flag set (`model.variant`), is
+    the flag's: said as `--variant int8: ...`, not as a line of weights.toml the user never
+    wrote (and that was put back as it was); a ref that does not exist is the `@REF` typed."""
+    from wlock.errors import InvalidFileError, WlockError
+
+    if isinstance(e, WlockError) and ref and e.hint and "Check `ref` in weights.toml" in e.hint:
+        e.hint = e.hint.replace("Check `ref` in weights.toml", f"Check the @{ref} of {spec}")
+        return
+    if not isinstance(e, InvalidFileError) or e.path != str(manifest) or not e.key:
+        return
+    field = e.key.removeprefix(f"{kind}.")
+    value = given.get(field)
+    if not value or spec.split("@")[0] not in e.problem:  # another entry's, not the flag's
+        return
+    e.message = f"--{field} {value}: {e.problem}"
+    if e.hint:
+        e.hint = e.hint.replace(f"Remove `{field}`", f"Drop --{field}").replace(
+            "or fix the pattern", f"or fix --{field}")
 
 
 @click.command()
