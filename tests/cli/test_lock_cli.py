@@ -567,3 +567,20 @@ def test_add_blames_the_flag_it_was_given(hub: Hub, tmp_path: Path) -> None:
         if hint:
             assert hint in done.stderr, done.stderr
         assert (project / "weights.toml").read_bytes() == before
+
+
+def test_a_renamed_repo_is_added_once_under_its_current_name(hub: Hub, tmp_path: Path) -> None:
+    """As the Hub redirects an old name: `add` writes the name the Hub gives now, once, and
+    says so; adding the old name again changes nothing."""
+    hub.builder.rename("model", "acme/older-tiny-bert", "acme/tiny-bert")
+    project = write_project(tmp_path, "")
+    added = run_wlock("add", "acme/older-tiny-bert", "--endpoint", hub.endpoint, cwd=project)
+    assert added.code == 0, added.stderr
+    assert "acme/older-tiny-bert was renamed to acme/tiny-bert on the Hub: added as " \
+        "acme/tiny-bert." in added.stderr
+    manifest = (project / "weights.toml").read_text()
+    assert 'id = "acme/tiny-bert"' in manifest and "older" not in manifest
+    assert [r.id for r in read_lock(project / "weights.lock").repos] == ["acme/tiny-bert"]
+    again = run_wlock("add", "acme/older-tiny-bert", "--endpoint", hub.endpoint, cwd=project)
+    assert again.code == 0, again.stderr
+    assert (project / "weights.toml").read_text().count("[[model]]") == 1

@@ -137,6 +137,12 @@ def add(
             loader = detect_loader(snap.library_name, (f.path for f in snap.files))
             chosen_by = (f"the Hub's library_name {snap.library_name!r}" if snap.library_name
                          and loader != "all" else "its files")
+        if snap.hub_id != repo_id:
+            # A renamed repo (the Hub redirects the old name): added under the name the Hub
+            # gives it now, which is what a reader of weights.toml should see, and once.
+            how = ("is spelt" if snap.hub_id.lower() == repo_id.lower() else "was renamed to")
+            info(f"{repo_id} {how} {snap.hub_id} on the Hub: added as {snap.hub_id}.")
+            repo_id = snap.hub_id
     before = path.read_bytes()
     if base is not None:
         parse_requirement(base)  # a usage error (exit 2) before anything is written
