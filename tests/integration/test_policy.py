@@ -213,8 +213,9 @@ def test_a_decoy_shown_at_lock_time_never_reaches_the_cache(hub: Hub, tmp_path: 
         "weights.lock records a pickle importing collections.OrderedDict" in rescanned.stderr
 
 
-def test_a_lock_record_edited_by_hand_is_caught_by_sync_and_rescan(hub: Hub, tmp_path: Path
-                                                                   ) -> None:
+def edited_by_hand(hub: Hub, tmp_path: Path, record: str, policy: str) -> Path:
+    """A repo of a pickle running posix.system, locked under `pickle = "allow"`; then its
+    record replaced by `record` and the policy set to `policy` by hand: the project."""
     repo_id, _ = evil_pickle_repo(hub)
     project = policy_project(tmp_path / "p", 'pickle = "allow"\n',
                              entries=f'[[model]]\nid = "{repo_id}"\n')
@@ -222,12 +223,17 @@ def test_a_lock_record_edited_by_hand_is_caught_by_sync_and_rescan(hub: Hub, tmp
     lock_file = project / "weights.lock"
     text = lock_file.read_text()
     assert 'imports = ["posix.system"]' in text
-    # A pull request edits the record and the policy together.
-    lock_file.write_text(text.replace('imports = ["posix.system"]',
-                                      'imports = ["collections.OrderedDict"]'))
+    lock_file.write_text(text.replace('imports = ["posix.system"]', record))
     manifest = project / "weights.toml"
-    manifest.write_text(manifest.read_text().replace('pickle = "allow"',
-                                                     'pickle = "safe-imports"'))
+    manifest.write_text(manifest.read_text().replace('pickle = "allow"', f'pickle = "{policy}"'))
+    return project
+
+
+def test_a_lock_record_edited_by_hand_is_caught_by_sync_and_rescan(hub: Hub, tmp_path: Path
+                                                                   ) -> None:
+    # A pull request edits the record and the policy together.
+    project = edited_by_hand(hub, tmp_path, 'imports = ["collections.OrderedDict"]',
+                             "safe-imports")
     checked = run_wlock("lock", "--check", cwd=project)
     assert checked.code == 0  # the records alone say nothing is wrong: hence the two below
     cache = tmp_path / "cache"
@@ -547,16 +553,7 @@ def test_a_pickle_recorded_as_none_by_hand_is_judged_by_sync_and_rescan(
     refuses them before they are published; `lock --check --rescan` does too (guards: a gate
     that skipped files recorded as no pickle, or did not run under deny, left the suite
     green)."""
-    repo_id, _ = evil_pickle_repo(hub)
-    project = policy_project(tmp_path / "p", 'pickle = "allow"\n',
-                             entries=f'[[model]]\nid = "{repo_id}"\n')
-    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
-    lock_file = project / "weights.lock"
-    text = lock_file.read_text()
-    assert 'imports = ["posix.system"]' in text
-    lock_file.write_text(text.replace('imports = ["posix.system"]', "not-a-pickle = true"))
-    manifest = project / "weights.toml"
-    manifest.write_text(manifest.read_text().replace('pickle = "allow"', f'pickle = "{policy}"'))
+    project = edited_by_hand(hub, tmp_path, "not-a-pickle = true", policy)
     assert run_wlock("lock", "--check", cwd=project).code == 0  # the records alone pass
     cache = tmp_path / "cache"
     synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),

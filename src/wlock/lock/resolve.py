@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from wlock.errors import (
     InvalidFileError,
@@ -63,6 +63,7 @@ ReadFile = Callable[[RepoKind, str, str, str], bytes]
 # The judgement of a locked file, read from the Hub with ranges (HubClient.scan_pickle).
 ScanPickle = Callable[[RepoKind, str, str, LockedFile], PickleScan]
 ScanTemplates = Callable[[RepoKind, str, str, LockedFile], tuple[TemplateScan, ...]]
+T = TypeVar("T")
 
 
 def _no_reads(kind: RepoKind, repo_id: str, revision: str, path: str) -> bytes:
@@ -373,9 +374,7 @@ def scan_pickles(repos: list[LockedRepo], fresh: set[tuple[RepoKind, str]],
                  if f.size and judged_at_lock(repo.kind, f.path, shards)]
     if not work:
         return repos
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(work)))) as pool:
-        found = list(pool.map(lambda item: scan_pickle(item[0].kind, item[0].id,
-                                                       item[0].revision, item[1]), work))
+    found = _judged(work, scan_pickle, jobs)
     by_repo: dict[tuple[RepoKind, str], list[PickleScan]] = {}
     for (repo, _), scan in zip(work, found, strict=True):
         # Only what holds a pickle is recorded: a file without one is judged again, from
@@ -386,11 +385,20 @@ def scan_pickles(repos: list[LockedRepo], fresh: set[tuple[RepoKind, str]],
             if r.key in by_repo else r for r in repos]
 
 
+def _judged(work: list[tuple[LockedRepo, LockedFile]],
+            judge: Callable[[RepoKind, str, str, LockedFile], T], jobs: int) -> list[T]:
+    """`judge` of each (repo, file) of `work`, `jobs` at a time, in `work`'s order."""
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(work)))) as pool:
+        return list(pool.map(lambda item: judge(item[0].kind, item[0].id, item[0].revision,
+                                                item[1]), work))
+
+
 def judge_chat_templates(repos: list[LockedRepo], fresh: set[tuple[RepoKind, str]],
                          scan_templates: ScanTemplates | None, jobs: int) -> list[LockedRepo]:
-    """`repos` with the chat templates of every locked GGUF file of the `fresh` ones that
-    reach past the renderers' sandbox, or could not be judged, recorded (`templates`); the
-    others as they were locked."""
+    """`repos` with the chat templates of the `fresh` ones (in a GGUF's header, a
+    tokenizer's config, a `.jinja` file: wlock.scan.is_template_judged) that reach past the
+    renderers' sandbox, or could not be judged, recorded (`templates`); the others as they
+    were locked."""
     if scan_templates is None:
         return repos
     from wlock.scan import is_template_judged
@@ -399,9 +407,7 @@ def judge_chat_templates(repos: list[LockedRepo], fresh: set[tuple[RepoKind, str
             for f in repo.files if f.size and is_template_judged(f.path)]
     if not work:
         return repos
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(work)))) as pool:
-        found = list(pool.map(lambda item: scan_templates(item[0].kind, item[0].id,
-                                                          item[0].revision, item[1]), work))
+    found = _judged(work, scan_templates, jobs)
     by_repo: dict[tuple[RepoKind, str], list[TemplateScan]] = {}
     for (repo, _), scans in zip(work, found, strict=True):
         by_repo.setdefault(repo.key, []).extend(scans)
