@@ -1,0 +1,39 @@
+"""The documentation: the README short enough to read in five minutes, every file it links
+to there; the MkDocs site builds with --strict (a broken link or a missing page fails), and
+its command reference, written from the click commands, has every command."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from wlock.cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_readme_is_short_and_its_links_resolve() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 250
+    for target in re.findall(r"\]\(((?!https?://)[^)#]+)\)", text):
+        assert (ROOT / target).exists(), target
+
+
+def test_the_site_builds_strictly_with_every_command_in_its_reference(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir",
+                           str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    index = json.loads((tmp_path / "site" / "search" / "search_index.json").read_text())
+    anchors = {doc["location"].split("#", 1)[1] for doc in index["docs"]
+               if doc["location"].startswith("reference/cli/#")}
+    commands = set(cli.list_commands(click.Context(cli)))
+    assert commands <= anchors, sorted(commands - anchors)
+    reference = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
+    assert "--rate-limit-wait" in reference and "--load" in reference  # the options too
