@@ -91,3 +91,46 @@ def test_wl108_add_locks_the_config_or_split_the_code_loads(
     # of every config from the first config's data files.)
     assert {f"{config}/{s}-00000-of-00001.parquet" for s in split} <= {
         f.path for f in locked.files}
+
+
+def test_wl101_without_a_lock_add_pins_it_and_the_finding_names_the_commit(
+        hub: Hub, tmp_path: Path) -> None:
+    """Without weights.lock, an unpinned load's advice is `wlock add ID`: run, it locks the
+    repo, and the finding then names the locked commit (and --fix can write it)."""
+    project = write_project(tmp_path, "")
+    (project / "train.py").write_text(
+        'from transformers import AutoModel\nAutoModel.from_pretrained("acme/tiny-bert")\n')
+    [before] = findings(project)
+    command = re.search(r"run `(wlock [^`]+)`", str(before["message"]))
+    assert before["code"] == "WL101" and command, before
+    done = run_wlock(*shlex.split(command[1])[1:], "--endpoint", hub.endpoint, cwd=project)
+    assert done.code == 0, done.stderr
+    commit = read_lock(project / "weights.lock").find("model", "acme/tiny-bert")
+    assert commit is not None
+    [after] = findings(project)
+    assert after["code"] == "WL101" and commit.revision in str(after["message"]), after
+
+
+def test_wl107_lock_locks_the_base_the_lock_lacks(hub: Hub, tmp_path: Path) -> None:
+    """An adapter locked with the peft loader whose base went missing from the lock (an
+    edit): the advice `wlock lock` locks it again."""
+    repo_id = hub.unique_id("lora-base")
+    hub.builder.commit("model", repo_id, {
+        "adapter_config.json": json.dumps({"base_model_name_or_path": "acme/tiny-bert",
+                                           "peft_type": "LORA"}).encode(),
+        "adapter_model.safetensors": b"\0" * 64})
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\nloader = "peft"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    lock_file = project / "weights.lock"
+    text = lock_file.read_text()
+    base_at = text.index('[[model]]\nid = "acme/tiny-bert"')
+    end = text.find("\n[[", base_at + 1)
+    lock_file.write_text(text[:base_at] + (text[end + 1:] if end > 0 else ""))
+    (project / "tune.py").write_text(
+        "import wlock\nfrom peft import PeftModel\n"
+        f'PeftModel.from_pretrained(base, "{repo_id}", revision=wlock.revision("{repo_id}"))\n')
+    checked = run_wlock("lock", "--check", cwd=project)
+    assert checked.code == 3 and "it lacks acme/tiny-bert, which its entries require" in \
+        checked.stderr, checked.stderr
+    follow(hub, project, "WL107")
+    assert read_lock(lock_file).find("model", "acme/tiny-bert") is not None

@@ -89,6 +89,12 @@ def stale_reason(manifest: Manifest, lock: Lock | None) -> str | None:
              (("added", added), ("removed", removed), ("changed:", changed)) if ids]
     if parts:
         return "weights.toml has changed (" + "; ".join(parts) + ")"
+    # A model an entry requires (an adapter's base, a code repo) that the lock lacks: the
+    # lock was edited, and a load of that entry would fetch the model unpinned.
+    lacking = sorted({name for repo in lock.repos if repo.key in needed
+                      for name in repo.requires if ("model", name) not in locked})
+    if lacking:
+        return f"it lacks {', '.join(lacking)}, which its entries require"
     if lock.manifest_digest != manifest.digest:
         return "its manifest digest does not match weights.toml"
     return None
