@@ -9,6 +9,7 @@ import click
 from wlock.cli.completion_cmd import locked_ids
 from wlock.cli.options import Settings, common_options, offline_option
 from wlock.cli.output import emit, info
+from wlock.errors import WlockError
 from wlock.lock.loaders import LOADERS
 from wlock.models import RepoKind
 
@@ -115,7 +116,6 @@ def add(
     if variant and not loader and not listed and (no_lock or settings.offline):
         raise click.UsageError("--variant needs --loader when the Hub is not asked")
     if loader is None and not listed and not (no_lock or settings.offline):
-        from wlock.errors import WlockError
         from wlock.lock.hub import HubClient
         from wlock.lock.loaders import datasets, detect_loader
 
@@ -153,7 +153,6 @@ def add(
     result = None
     if not (no_lock or settings.offline):
         from wlock.atomic import write_bytes_atomic
-        from wlock.errors import WlockError
         from wlock.lock.resolve import lock_project
 
         try:
@@ -189,14 +188,14 @@ def add(
         info(f"{verb} {kind} {repo_id} in {path}{how} and locked it at {revision[:7]}.")
 
 
-def _blame_the_flag(e: Exception, kind: str, spec: str, ref: str | None, manifest: Path,
+def _blame_the_flag(e: WlockError, kind: str, spec: str, ref: str | None, manifest: Path,
                     given: dict[str, str | None]) -> None:
     """An error about the entry `add` just wrote, at a key a flag set (`model.variant`), is
     the flag's: said as `--variant int8: ...`, not as a line of weights.toml the user never
     wrote (and that was put back as it was); a ref that does not exist is the `@REF` typed."""
-    from wlock.errors import InvalidFileError, WlockError
+    from wlock.errors import InvalidFileError
 
-    if isinstance(e, WlockError) and ref and e.hint and "Check `ref` in weights.toml" in e.hint:
+    if ref and e.hint and "Check `ref` in weights.toml" in e.hint:
         e.hint = e.hint.replace("Check `ref` in weights.toml", f"Check the @{ref} of {spec}")
         return
     if not isinstance(e, InvalidFileError) or e.path != str(manifest) or not e.key:
@@ -248,7 +247,6 @@ def _relock_offline(project: Path, settings: Settings) -> bool:
     """weights.lock written again from weights.toml without the Hub (every remaining entry
     kept as locked); False when there is no lock, or an entry needs the Hub."""
     from wlock.atomic import write_bytes_atomic
-    from wlock.errors import WlockError
     from wlock.lock.lockfile import LOCK_NAME
     from wlock.lock.resolve import lock_project
 

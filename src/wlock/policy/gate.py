@@ -28,8 +28,9 @@ def admission(policy: Policy) -> Callable[[LockedRepo, LockedFile, str], None] |
             return
         problems: list[str] = []
         if policy.chat_template != "allow" and is_template_judged(f.path):
-            # A GGUF's chat template, judged from the bytes about to be published whatever
-            # the lock records (an edited record says nothing of them).
+            # Chat templates (a GGUF's header, a tokenizer's config, a .jinja), judged from
+            # the bytes about to be published whatever the lock records (an edited record
+            # says nothing of them).
             with open(temp, "rb") as handle:
                 problems += [v.message for t in judge_templates(handle, f.path, policy.limits,
                                                                 f.size)
