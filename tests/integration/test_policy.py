@@ -341,11 +341,17 @@ def test_remote_code_the_lock_does_not_hold_is_refused(hub: Hub, tmp_path: Path)
         'exclude = ["modeling_x.py"]\n', ""))
     assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
     assert read_lock(project / "weights.lock").find("model", code) is not None
-    # ... unless the lock lost the other repo (a hand edit): refused offline.
+    # ... unless the lock lost the other repo (a hand edit): out of date while the entry
+    # still requires it, refused offline once the requirement is edited out too.
     text = (project / "weights.lock").read_text()
     start = text.index(f'[[model]]\nid = "{code}"')
     end = text.find("[[model]]", start + 5)
     (project / "weights.lock").write_text(text[:start] + (text[end:] if end != -1 else ""))
+    stale = run_wlock("lock", "--check", cwd=project)
+    assert stale.code == 3 and f"it lacks {code}, which its entries require" in stale.stderr
+    text = (project / "weights.lock").read_text()
+    assert f'requires = ["{code}"]\n' in text
+    (project / "weights.lock").write_text(text.replace(f'requires = ["{code}"]\n', ""))
     gone = run_wlock("lock", "--check", cwd=project)
     assert gone.code == 7, gone.stderr
     assert f"auto_map runs {code}--modeling_x.XConfig from {code}, which weights.lock does " \
