@@ -518,10 +518,13 @@ class TinyImageProcessor(BaseImageProcessor):
 '''
 
 
+@pytest.mark.parametrize("loader", [None, "all"])
 def test_processor_remote_code_from_another_repo_is_locked_and_runs_offline(
-        hub: Hub, tmp_path: Path) -> None:
+        hub: Hub, tmp_path: Path, loader: str | None) -> None:
     """preprocessor_config.json's auto_map names a class in another repo: the add locks that
-    repo's code, and AutoImageProcessor(trust_remote_code=True) runs it offline."""
+    repo's code, and AutoImageProcessor(trust_remote_code=True) runs it offline; under the
+    default loader and under `loader = "all"` alike (which skipped the remote-code step:
+    no requirement, and the offline load failed)."""
     code_id = hub.unique_id("processor-code")
     hub.builder.commit("model", code_id, {"image_processing_tiny.py": PROCESSOR_CODE.encode(),
                                           "README.md": b"# code\n"})
@@ -531,7 +534,8 @@ def test_processor_remote_code_from_another_repo_is_locked_and_runs_offline(
         "auto_map": {"AutoImageProcessor": f"{code_id}--image_processing_tiny."
                                            "TinyImageProcessor"}}))
     repo_id, _ = publish(hub, "with-processor", folder, "transformers")
-    project, cache, revision = add_and_sync(hub, tmp_path, repo_id)
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id,
+                                            *(("--loader", loader) if loader else ()))
     lock = read_lock(project / "weights.lock")
     code = lock.find("model", code_id)
     assert code is not None and [f.path for f in code.files] == ["image_processing_tiny.py"]
