@@ -25,6 +25,9 @@ from wlock.hubserver.fixtures import build_fixture_store
 from wlock.hubserver.process import HubProcess
 from wlock.hubserver.store import StoreBuilder
 
+# Keras (the formats corpus) runs on the torch the suite already has, not TensorFlow.
+os.environ.setdefault("KERAS_BACKEND", "torch")
+
 ROOT = Path(__file__).resolve().parents[1]
 # Real answers of huggingface.co, copied from ../shared/hub-recordings (see its README.md).
 RECORDINGS = ROOT / "fixtures" / "hub-recordings"

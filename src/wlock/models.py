@@ -201,16 +201,25 @@ class FileTable(Sequence[LockedFile]):
         return f"FileTable({len(self)} files)"
 
 
-@dataclass(frozen=True, slots=True)
-class TemplateScan:
-    """A chat template in a locked file (a GGUF's `tokenizer.chat_template`, `key`) that
-    reaches past the renderers' sandbox (`escapes`, in words) or could not be judged
-    (`unreadable`): recorded so the policy (`chat-template`) judges it offline. A template
-    that reaches nothing is not recorded."""
+# The policy classes of formats other than pickle (FormatScan.kind, each a setting of
+# [tool.wlock.policy] by the same name).
+FORMAT_KINDS = ("chat-template", "keras", "onnx-external-data")
 
+
+@dataclass(frozen=True, slots=True)
+class FormatScan:
+    """What a locked file of a format other than pickle would run or read, by the policy
+    class that judges it (`kind`, the weights.toml setting's name): a chat template that
+    reaches past the renderers' sandbox ("chat-template", `key` the template's), a Keras
+    config naming code ("keras", `key` the config: config.json, model_config), an ONNX tensor
+    whose external data lies outside the model's folder ("onnx-external-data", `key` the
+    tensor). `findings` say what, in words; `unreadable`, why it could not be judged.
+    Recorded so the policy judges it offline; a file with nothing to say is not recorded."""
+
+    kind: str
     path: str
     key: str
-    escapes: tuple[str, ...]
+    findings: tuple[str, ...]
     unreadable: str | None = None
 
 
@@ -260,8 +269,9 @@ class LockedRepo:
     base_models: tuple[str, ...] = ()
     # The classes config.json's `auto_map` names: code `trust_remote_code=True` would run.
     remote_code: tuple[str, ...] = ()
-    # Chat templates that reach past the renderers' sandbox, or could not be judged.
-    templates: tuple[TemplateScan, ...] = ()
+    # Chat templates, Keras configs and ONNX external data that would run code or read past
+    # the model's folder, or could not be judged.
+    formats: tuple[FormatScan, ...] = ()
 
     @property
     def key(self) -> tuple[RepoKind, str]:

@@ -55,7 +55,7 @@ def test_each_benign_twin_renders_locks_syncs_and_audits(hub: Hub, tmp_path: Pat
     repo_id, _ = publish(hub, tmp_path, f"tpl-ok-{name}", BENIGN[name])
     project = write_project(tmp_path / "p", "")
     assert run_wlock("add", repo_id, "--endpoint", hub.endpoint, cwd=project).code == 0
-    assert read_lock(project / "weights.lock").repos[0].templates == ()
+    assert read_lock(project / "weights.lock").repos[0].formats == ()
     cache = tmp_path / "cache"
     synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
                        cwd=project)
@@ -74,17 +74,17 @@ def test_a_record_removed_by_hand_is_caught_by_sync_and_audit(hub: Hub, tmp_path
                             '[tool.wlock.policy]\nchat-template = "allow"\n')
     assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
     lock_file = project / "weights.lock"
-    [record] = read_lock(lock_file).repos[0].templates
-    assert record.path == "model.Q8_0.gguf" and "the attribute __globals__" in record.escapes
+    [record] = read_lock(lock_file).repos[0].formats
+    assert record.path == "model.Q8_0.gguf" and "the attribute __globals__" in record.findings
     sbom = run_wlock("sbom", cwd=project)
     assert sbom.code == 0 and "wlock:chat-template:tokenizer.chat_template" in sbom.stdout
     allowed_cache = tmp_path / "allowed"
     assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(allowed_cache),
                      cwd=project).code == 0
     text = lock_file.read_text()
-    start = text.index("templates = [")
+    start = text.index("formats = [")
     lock_file.write_text(text[:start] + text[text.index("\n]\n", start) + 3:])
-    assert read_lock(lock_file).repos[0].templates == ()
+    assert read_lock(lock_file).repos[0].formats == ()
     manifest = project / "weights.toml"
     manifest.write_text(manifest.read_text().replace('chat-template = "allow"\n', ""))
     assert run_wlock("lock", "--check", cwd=project).code == 0  # the records alone pass

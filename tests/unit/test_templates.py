@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.template_corpus import BENIGN, MALICIOUS, MARKER, gguf_with_template, render
-from wlock.scan import ScanLimits, judge_templates
+from wlock.scan import ScanLimits, judge_formats
 from wlock.scan.template import judge_template
 
 
@@ -37,18 +37,18 @@ def test_a_template_jinja2_cannot_parse_is_unknown() -> None:
 def test_gguf_templates_are_read_past_the_vocabulary(tmp_path: Path) -> None:
     pytest.importorskip("gguf")
     evil = gguf_with_template(tmp_path / "evil.gguf", MALICIOUS["self-globals"], vocab=50_000)
-    [found] = judge_templates(io.BytesIO(evil.read_bytes()), "evil.gguf")
+    [found] = judge_formats(io.BytesIO(evil.read_bytes()), "evil.gguf")
     assert found.key == "tokenizer.chat_template" and "the attribute __globals__" in \
-        found.escapes
+        found.findings
     good = gguf_with_template(tmp_path / "good.gguf", BENIGN["llama3"])
-    assert judge_templates(io.BytesIO(good.read_bytes()), "good.gguf") == ()
+    assert judge_formats(io.BytesIO(good.read_bytes()), "good.gguf") == ()
     none = gguf_with_template(tmp_path / "none.gguf", None)
-    assert judge_templates(io.BytesIO(none.read_bytes()), "none.gguf") == ()
+    assert judge_formats(io.BytesIO(none.read_bytes()), "none.gguf") == ()
     # A header cut short: its templates are unknown, never clean.
     cut = evil.read_bytes()[:20_000]
-    [unknown] = judge_templates(io.BytesIO(cut), "cut.gguf")
+    [unknown] = judge_formats(io.BytesIO(cut), "cut.gguf")
     assert unknown.unreadable and "could not be read" in unknown.unreadable
     # Bounded like every judgement: a header past max-bytes is unknown.
-    [bounded] = judge_templates(io.BytesIO(evil.read_bytes()), "evil.gguf",
+    [bounded] = judge_formats(io.BytesIO(evil.read_bytes()), "evil.gguf",
                                 ScanLimits(max_bytes=64 * 1024))
     assert bounded.unreadable and "max-bytes" in bounded.unreadable

@@ -26,7 +26,7 @@ from wlock.errors import (
 from wlock.hubstatus import hub_error, is_transient, retry_delay
 from wlock.lock.lockfile import is_commit
 from wlock.lock.names import file_path_problem, repo_id_problem
-from wlock.models import LockedFile, PickleScan, RepoKind, TemplateScan
+from wlock.models import FormatScan, LockedFile, PickleScan, RepoKind
 from wlock.ratelimit import RateBudget
 from wlock.version import __version__
 
@@ -318,15 +318,17 @@ class HubClient:
         scan: PickleScan = found
         return scan, read
 
-    def scan_templates(self, kind: RepoKind, repo_id: str, revision: str, f: LockedFile,
-                       limits: ScanLimits | None = None) -> tuple[TemplateScan, ...]:
-        """The chat templates of the GGUF file `f` that reach past the renderers' sandbox
-        (wlock.scan.judge_templates), its header read with HTTP ranges (the vocabulary's
-        bytes, never the tensors). Raises as scan_pickle does."""
-        from wlock.scan import judge_templates
+    def scan_formats(self, kind: RepoKind, repo_id: str, revision: str, f: LockedFile,
+                     limits: ScanLimits | None = None) -> tuple[FormatScan, ...]:
+        """What the file `f` would run or read past its folder in a format other than
+        pickle (wlock.scan.judge_formats: a GGUF's chat templates, a Keras config, an ONNX
+        model's external data), read with HTTP ranges (a header, a zip's directory and
+        config, the fields around the tensors, never their bytes). Raises as scan_pickle
+        does."""
+        from wlock.scan import judge_formats
 
-        found, _ = self._judge_ranges(kind, repo_id, revision, f, limits, judge_templates)
-        scans: tuple[TemplateScan, ...] = found
+        found, _ = self._judge_ranges(kind, repo_id, revision, f, limits, judge_formats)
+        scans: tuple[FormatScan, ...] = found
         return scans
 
     def _judge_ranges(self, kind: RepoKind, repo_id: str, revision: str, f: LockedFile,

@@ -21,15 +21,16 @@ from wlock.errors import InvalidFileError, LockStaleError
 from wlock.lock.names import file_path_problem, ref_problem, repo_id_problem
 from wlock.lock.tomlpos import TomlLocator, read_toml
 from wlock.models import (
+    FORMAT_KINDS,
     REPO_KINDS,
     FileTable,
+    FormatScan,
     Lock,
     LockedFile,
     LockedRepo,
     Manifest,
     PickleScan,
     RepoKind,
-    TemplateScan,
 )
 
 LOCK_NAME = "weights.lock"
@@ -41,7 +42,7 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _REPO_KEYS = frozenset({"id", "requested", "revision", "include", "exclude", "files", "loader",
                         "variant", "base", "config", "split", "mmproj", "requires", "skipped",
                         "skipped-size", "license", "license-name", "base-models", "pickles",
-                        "remote-code", "templates"})
+                        "remote-code", "formats"})
 _FILE_KEYS = frozenset({"path", "size", "sha256", "git-sha1", "xet"})
 MAX_FILE_SIZE = 2**63 - 1  # the largest file offset a filesystem can address
 
@@ -206,13 +207,14 @@ def render_lock(lock: Lock) -> str:
                     what += f", unreadable = {_str(scan.unreadable)}"
                 out.append(f"  {{ path = {_str(scan.path)}, {what} }},\n")
             out.append("]\n")
-        if repo.templates:
-            out.append("templates = [\n")
-            for t in sorted(repo.templates, key=lambda t: (t.path, t.key)):
-                what = f"escapes = {_array(t.escapes)}"
+        if repo.formats:
+            out.append("formats = [\n")
+            for t in sorted(repo.formats, key=lambda t: (t.path, t.kind, t.key)):
+                what = f"findings = {_array(t.findings)}"
                 if t.unreadable is not None:
                     what += f", unreadable = {_str(t.unreadable)}"
-                out.append(f"  {{ path = {_str(t.path)}, key = {_str(t.key)}, {what} }},\n")
+                out.append(f"  {{ path = {_str(t.path)}, kind = {_str(t.kind)}, "
+                           f"key = {_str(t.key)}, {what} }},\n")
             out.append("]\n")
         if not repo.files:
             out.append("files = []\n")
@@ -530,8 +532,7 @@ def _parse_repo(
                                                     for c in remote_code):
         raise fail(f"{repo_id}: `remote-code` must be a list of class references",
                    f"{kind}.remote-code", at("remote-code"))
-    templates = _parse_templates(repo_id, raw.get("templates", []), kind, at("templates"),
-                                 fail)
+    formats = _parse_formats(repo_id, raw.get("formats", []), kind, at("formats"), fail)
     return LockedRepo(
         kind=kind, id=repo_id, requested=requested, revision=revision, files=files,
         include=globs["include"], exclude=globs["exclude"], loader=loader, variant=variant,
@@ -539,29 +540,30 @@ def _parse_repo(
         requires=names["requires"], skipped=names["skipped"], skipped_size=skipped_size,
         licenses=tuple(licenses or ()), license_name=card["license-name"],
         base_models=tuple(base_models), pickles=pickles, remote_code=tuple(remote_code),
-        templates=templates,
+        formats=formats,
     )
 
 
-def _parse_templates(repo_id: str, raw: Any, kind: RepoKind, line: int,
-                     fail: Callable[[str, str, int | None], InvalidFileError],
-                     ) -> tuple[TemplateScan, ...]:
-    problem = f"{repo_id}: `templates` must be a list of {{ path, key, escapes }} tables"
+def _parse_formats(repo_id: str, raw: Any, kind: RepoKind, line: int,
+                   fail: Callable[[str, str, int | None], InvalidFileError],
+                   ) -> tuple[FormatScan, ...]:
+    problem = f"{repo_id}: `formats` must be a list of {{ path, kind, key, findings }} tables"
     if not isinstance(raw, list):
-        raise fail(problem, f"{kind}.templates", line)
+        raise fail(problem, f"{kind}.formats", line)
     out = []
     for item in raw:
-        if not isinstance(item, dict) or not set(item) <= {"path", "key", "escapes",
+        if not isinstance(item, dict) or not set(item) <= {"path", "kind", "key", "findings",
                                                             "unreadable"} or \
                 not isinstance(item.get("path"), str) or \
                 file_path_problem(item["path"]) is not None or \
+                item.get("kind") not in FORMAT_KINDS or \
                 not isinstance(item.get("key"), str) or \
-                not isinstance(item.get("escapes"), list) or \
-                not all(isinstance(e, str) for e in item["escapes"]) or \
+                not isinstance(item.get("findings"), list) or \
+                not all(isinstance(e, str) for e in item["findings"]) or \
                 not isinstance(item.get("unreadable", ""), str):
-            raise fail(problem, f"{kind}.templates", line)
-        out.append(TemplateScan(item["path"], item["key"], tuple(item["escapes"]),
-                                item.get("unreadable")))
+            raise fail(problem, f"{kind}.formats", line)
+        out.append(FormatScan(item["kind"], item["path"], item["key"],
+                              tuple(item["findings"]), item.get("unreadable")))
     return tuple(out)
 
 

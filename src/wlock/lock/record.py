@@ -25,7 +25,7 @@ from typing import Any
 
 from wlock.errors import InvalidFileError
 from wlock.lock.lockfile import render_lock
-from wlock.models import Lock, LockedFile, LockedRepo, PickleScan, TemplateScan
+from wlock.models import FormatScan, Lock, LockedFile, LockedRepo, PickleScan
 
 SCHEMA = 1
 
@@ -109,9 +109,10 @@ def make_record(lock: Lock, lock_path: Path, cache_dir: Path,
             "pickles": [{"path": p.path, "imports": list(p.imports), "pickle": p.pickle,
                          **({"unreadable": p.unreadable} if p.unreadable else {})}
                         for p in repo.pickles],
-            **({"templates": [{"path": t.path, "key": t.key, "escapes": list(t.escapes),
-                               **({"unreadable": t.unreadable} if t.unreadable else {})}
-                              for t in repo.templates]} if repo.templates else {}),
+            **({"formats": [{"kind": t.kind, "path": t.path, "key": t.key,
+                             "findings": list(t.findings),
+                             **({"unreadable": t.unreadable} if t.unreadable else {})}
+                            for t in repo.formats]} if repo.formats else {}),
             "file_list": [{"path": f.path, "size": f.size,
                            f.hash_kind.replace("-", "_"): f.etag} for f in repo.files],
         })
@@ -190,9 +191,9 @@ def lock_from_record(log: Path, run_id: str | None = None) -> tuple[Lock, dict[s
                 pickles=tuple(PickleScan(p["path"], tuple(p["imports"]), bool(p["pickle"]),
                                          p.get("unreadable"))
                               for p in r.get("pickles", ())),
-                templates=tuple(TemplateScan(t["path"], t["key"], tuple(t["escapes"]),
-                                             t.get("unreadable"))
-                                for t in r.get("templates", ()))))
+                formats=tuple(FormatScan(t["kind"], t["path"], t["key"],
+                                         tuple(t["findings"]), t.get("unreadable"))
+                              for t in r.get("formats", ()))))
         except (KeyError, TypeError, ValueError) as e:
             raise InvalidFileError(str(log), f"a record of run {run_id} lacks {e}",
                                    line=number) from e

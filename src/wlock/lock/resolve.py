@@ -40,6 +40,7 @@ from wlock.lock.lockfile import (
 from wlock.lock.manifest import glob_line, read_manifest
 from wlock.models import (
     REPO_KINDS,
+    FormatScan,
     Lock,
     LockChange,
     LockedFile,
@@ -49,7 +50,6 @@ from wlock.models import (
     ManifestEntry,
     PickleScan,
     RepoKind,
-    TemplateScan,
 )
 from wlock.units import human_size
 
@@ -62,7 +62,7 @@ DEFAULT_JOBS = 16
 ReadFile = Callable[[RepoKind, str, str, str], bytes]
 # The judgement of a locked file, read from the Hub with ranges (HubClient.scan_pickle).
 ScanPickle = Callable[[RepoKind, str, str, LockedFile], PickleScan]
-ScanTemplates = Callable[[RepoKind, str, str, LockedFile], tuple[TemplateScan, ...]]
+ScanFormats = Callable[[RepoKind, str, str, LockedFile], tuple[FormatScan, ...]]
 T = TypeVar("T")
 
 
@@ -233,7 +233,7 @@ def plan_lock(
     jobs: int = DEFAULT_JOBS,
     read_file: ReadFile = _no_reads,
     scan_pickle: ScanPickle | None = None,
-    scan_templates: ScanTemplates | None = None,
+    scan_formats: ScanFormats | None = None,
 ) -> LockResult:
     """The lock the manifest calls for, and how it differs from `previous`; writes nothing.
 
@@ -326,7 +326,7 @@ def plan_lock(
     fresh = {e.key for e in manifest.entries if e.key not in kept}
     fresh |= {d.key for d in dependencies if previous is None or d is not previous.find(*d.key)}
     repos = scan_pickles(repos + dependencies, fresh, scan_pickle, jobs, read_file)
-    repos = judge_chat_templates(repos, fresh, scan_templates, jobs)
+    repos = judge_formats(repos, fresh, scan_formats, jobs)
     lock = Lock(manifest_digest=manifest.digest, repos=tuple(repos))
     return LockResult(
         lock=lock, changes=diff_locks(previous, lock), written=False, renamed=tuple(renamed),
@@ -393,25 +393,26 @@ def _judged(work: list[tuple[LockedRepo, LockedFile]],
                                                 item[1]), work))
 
 
-def judge_chat_templates(repos: list[LockedRepo], fresh: set[tuple[RepoKind, str]],
-                         scan_templates: ScanTemplates | None, jobs: int) -> list[LockedRepo]:
-    """`repos` with the chat templates of the `fresh` ones (in a GGUF's header, a
-    tokenizer's config, a `.jinja` file: wlock.scan.is_template_judged) that reach past the
-    renderers' sandbox, or could not be judged, recorded (`templates`); the others as they
-    were locked."""
-    if scan_templates is None:
+def judge_formats(repos: list[LockedRepo], fresh: set[tuple[RepoKind, str]],
+                  scan_formats: ScanFormats | None, jobs: int) -> list[LockedRepo]:
+    """`repos` with what the files of the `fresh` ones in formats other than pickle would
+    run or read past their folder (chat templates, Keras configs, ONNX external data:
+    wlock.scan.is_format_judged), or that could not be judged, recorded (`formats`); the
+    others as they were locked."""
+    if scan_formats is None:
         return repos
-    from wlock.scan import is_template_judged
+    from wlock.scan import is_format_judged
 
     work = [(repo, f) for repo in repos if repo.key in fresh
-            for f in repo.files if f.size and is_template_judged(f.path)]
+            for f in repo.files if f.size and is_format_judged(f.path)]
     if not work:
         return repos
-    found = _judged(work, scan_templates, jobs)
-    by_repo: dict[tuple[RepoKind, str], list[TemplateScan]] = {}
+    found = _judged(work, scan_formats, jobs)
+    by_repo: dict[tuple[RepoKind, str], list[FormatScan]] = {}
     for (repo, _), scans in zip(work, found, strict=True):
         by_repo.setdefault(repo.key, []).extend(scans)
-    return [replace(r, templates=tuple(sorted(by_repo[r.key], key=lambda t: (t.path, t.key))))
+    return [replace(r, formats=tuple(sorted(by_repo[r.key],
+                                            key=lambda t: (t.path, t.kind, t.key))))
             if by_repo.get(r.key) else r for r in repos]
 
 
@@ -502,11 +503,11 @@ def rescan_lock(lock: Lock, *, endpoint: str, token: str | None,
     a HubError subclass (exit 5) naming the file when a read fails."""
     client = HubClient(endpoint, token, timeout=timeout, budget=budget)
     fresh = {r.key for r in lock.repos}
-    cleared = [replace(r, pickles=(), templates=()) for r in lock.repos]
+    cleared = [replace(r, pickles=(), formats=()) for r in lock.repos]
     scanned = scan_pickles(cleared, fresh, lambda kind, repo_id, revision, f: client.scan_pickle(
         kind, repo_id, revision, f, scan_limits)[0], jobs, client.read_file)
-    scanned = judge_chat_templates(
-        scanned, fresh, lambda kind, repo_id, revision, f: client.scan_templates(
+    scanned = judge_formats(
+        scanned, fresh, lambda kind, repo_id, revision, f: client.scan_formats(
             kind, repo_id, revision, f, scan_limits), jobs)
     return replace(lock, repos=tuple(scanned))
 
@@ -584,7 +585,7 @@ def lock_project(
         read_file=client.read_file,
         scan_pickle=lambda kind, repo_id, revision, f: client.scan_pickle(
             kind, repo_id, revision, f, scan_limits)[0],
-        scan_templates=lambda kind, repo_id, revision, f: client.scan_templates(
+        scan_formats=lambda kind, repo_id, revision, f: client.scan_formats(
             kind, repo_id, revision, f, scan_limits),
     )
     if accept is not None:

@@ -85,12 +85,12 @@ def build_bom(lock: Lock, project: str, blob_of: BlobOf | None = None) -> Bom:
                     component.hashes.add(HashType(alg=HashAlgorithm.SHA_256,
                                                   content=found[1]))
             component.properties.add(Property(name="wlock:size", value=str(f.size)))
-            for t in repo.templates:
-                if t.path == f.path:  # a chat template the policy judges (chat-template)
+            for t in repo.formats:
+                if t.path == f.path:  # what the policy judges (chat-template, keras, ...)
                     component.properties.add(Property(
-                        name=f"wlock:chat-template:{t.key}",
+                        name=f"wlock:{t.kind}:{t.key}",
                         value=f"unknown: {t.unreadable}" if t.unreadable else
-                        "reaches past the sandbox: " + "; ".join(t.escapes)))
+                        "; ".join(t.findings)))
             files.append(component)
         component = Component(
             type=(ComponentType.MACHINE_LEARNING_MODEL if repo.kind == "model"

@@ -6,14 +6,16 @@
     licenses = ["apache-2.0", "mit"]      # SPDX ids as cards write them; absent: any
     remote-code = "locked"    # | "deny"
     chat-template = "sandboxed"   # | "allow"
+    keras = "safe-mode"       # | "allow"
+    onnx-external-data = "inside"   # | "allow"
 
-The judge reads the lock's records (what each pickle imports, each repo's licence and the
-classes `auto_map` names), so `lock --check` enforces it in CI without a request; `sync`
-judges the verified bytes before they are published (policy/gate.py) and `wlock audit` the
-bytes on disk (wlock.scan reads them). What was not read to its end is refused as unknown.
-An allowlist is not a proof of safety: it says which functions a pickle names, not what they
-do with their arguments. "deny" refuses every pickle that imports anything (one of plain
-data, importing nothing, calls nothing).
+The judge reads the lock's records (what each pickle imports, each repo's licence, the
+classes `auto_map` names, what the other formats would run or read), so `lock --check`
+enforces it in CI without a request; `sync` judges the verified bytes before they are
+published (policy/gate.py) and `wlock audit` the bytes on disk (wlock.scan reads them). What
+was not read to its end is refused as unknown. An allowlist is not a proof of safety: it
+says which functions a pickle names, not what they do with their arguments. "deny" refuses
+every pickle that imports anything (one of plain data, importing nothing, calls nothing).
 """
 
 from __future__ import annotations
@@ -24,14 +26,20 @@ from pathlib import Path
 from typing import Any
 
 from wlock.errors import InvalidFileError, PolicyError
-from wlock.models import Lock, LockedRepo, PickleScan, TemplateScan
+from wlock.models import FormatScan, Lock, LockedRepo, PickleScan
 from wlock.scan.budget import ScanLimits
 
 PICKLE_MODES = ("safe-imports", "deny", "allow")
 REMOTE_CODE_MODES = ("locked", "deny")
-# "sandboxed": a chat template (a GGUF's) that reaches past the renderers' sandbox, or that
-# could not be judged, is refused; "allow": templates are not judged.
-CHAT_TEMPLATE_MODES = ("sandboxed", "allow")
+# The formats other than pickle, each a setting (models.FORMAT_KINDS), its modes default first:
+# "sandboxed", a chat template (a GGUF's, a tokenizer's) that reaches past the renderers'
+# sandbox is refused; "safe-mode", a Keras config that names code (a lambda, a Lambda layer,
+# a module outside Keras, a function that reads or writes files) is refused, as Keras's own
+# safe_mode means to and more; "inside", an ONNX tensor whose external data lies outside the
+# model's folder is refused. Under each, what could not be judged is refused too; "allow"
+# judges nothing of that format.
+FORMAT_MODES = {"chat-template": ("sandboxed", "allow"), "keras": ("safe-mode", "allow"),
+                "onnx-external-data": ("inside", "allow")}
 
 # What `safe-imports` lets a pickle import: the functions torch.load(weights_only=True)
 # accepts to rebuild tensors, storages and containers (torch/_weights_only_unpickler.py,
@@ -80,6 +88,8 @@ class Policy:
     licenses: tuple[str, ...] | None = None  # None: any licence
     remote_code: str = "locked"
     chat_template: str = "sandboxed"
+    keras: str = "safe-mode"
+    onnx_external_data: str = "inside"
     path: str = "weights.toml"  # where it was read, for messages
     # [tool.wlock.policy.scan]: each judgement's bounds (a frozen value: one default is safe)
     limits: ScanLimits = ScanLimits()  # noqa: RUF009
@@ -87,7 +97,7 @@ class Policy:
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    kind: str  # "pickle", "license", "remote-code", "chat-template"
+    kind: str  # "pickle", "license", "remote-code", or a format (models.FORMAT_KINDS)
     repo: str
     path: str | None  # the file, when one is at fault
     detail: str  # the import, the licence, the class
@@ -118,9 +128,10 @@ def read_policy(manifest: Path) -> Policy:
     if not isinstance(raw, dict):
         raise fail("policy", "must be a table", "Write [tool.wlock.policy].")
     for key in raw:
-        if key not in ("pickle", "licenses", "remote-code", "chat-template", "scan"):
+        if key not in ("pickle", "licenses", "remote-code", *FORMAT_MODES, "scan"):
             raise fail(key, "unknown key",
-                       "The policy takes pickle, licenses, remote-code, chat-template, scan.")
+                       "The policy takes pickle, licenses, remote-code, "
+                       f"{', '.join(FORMAT_MODES)}, scan.")
     pickle = raw.get("pickle", "safe-imports")
     if pickle not in PICKLE_MODES:
         raise fail("pickle", f"{pickle!r} is not a pickle policy",
@@ -133,10 +144,11 @@ def read_policy(manifest: Path) -> Policy:
     if remote not in REMOTE_CODE_MODES:
         raise fail("remote-code", f"{remote!r} is not a remote-code policy",
                    f"One of: {', '.join(REMOTE_CODE_MODES)}.")
-    template = raw.get("chat-template", "sandboxed")
-    if template not in CHAT_TEMPLATE_MODES:
-        raise fail("chat-template", f"{template!r} is not a chat-template policy",
-                   f"One of: {', '.join(CHAT_TEMPLATE_MODES)}.")
+    modes = {}
+    for kind, allowed in FORMAT_MODES.items():
+        modes[kind.replace("-", "_")] = mode = raw.get(kind, allowed[0])
+        if mode not in allowed:
+            raise fail(kind, f"{mode!r} is not a {kind} policy", f"One of: {', '.join(allowed)}.")
     scan = raw.get("scan", {})
     if not isinstance(scan, dict):
         raise fail("scan", "must be a table", "Write [tool.wlock.policy.scan].")
@@ -150,8 +162,8 @@ def read_policy(manifest: Path) -> Policy:
                        "Bytes as a number (268435456), seconds as a number.")
         bounds[key.replace("-", "_")] = value
     return Policy(pickle=pickle, licenses=tuple(x.lower() for x in licenses)
-                  if licenses is not None else None, remote_code=remote,
-                  chat_template=template, path=display, limits=ScanLimits(**bounds))
+                  if licenses is not None else None, remote_code=remote, **modes,
+                  path=display, limits=ScanLimits(**bounds))
 
 
 def expected_scan(repo: LockedRepo, path: str,
@@ -194,30 +206,52 @@ def judge_pickle(repo: str, scan: PickleScan, policy: Policy) -> list[Violation]
             for name in scan.imports if not safe_import(name)]
 
 
-def judge_template(repo: str, scan: TemplateScan, policy: Policy) -> list[Violation]:
-    """A chat template that reaches past the renderers' sandbox, or that could not be
-    judged, refused under `chat-template = "sandboxed"`."""
-    if policy.chat_template == "allow":
+def format_mode(policy: Policy, kind: str) -> str:
+    """The policy's setting for a format (`kind`, one of models.FORMAT_KINDS)."""
+    mode: str = getattr(policy, kind.replace("-", "_"))
+    return mode
+
+
+def judges_formats(policy: Policy) -> bool:
+    """Whether any format other than pickle is judged (not every one set to "allow")."""
+    return any(format_mode(policy, kind) != "allow" for kind in FORMAT_MODES)
+
+
+# How each format's findings read in a refusal: what the file would do, then why it matters.
+_FORMAT_WORDS = {
+    "chat-template": ("reaches past the renderers' sandbox", "rendered, it could run code"),
+    "keras": ("names code Keras runs as it loads", "loaded, it could run code"),
+    "onnx-external-data": ("reads its external data from outside the model's folder",
+                           "loaded, it reads that file into the model"),
+}
+
+
+def judge_format(repo: str, scan: FormatScan, policy: Policy) -> list[Violation]:
+    """What a format's setting refuses in one record: its findings, or that it could not be
+    judged; nothing under "allow"."""
+    mode = format_mode(policy, scan.kind)
+    if mode == "allow":
         return []
     if scan.unreadable is not None:
-        return [Violation("chat-template", repo, scan.path, "unknown",
+        return [Violation(scan.kind, repo, scan.path, "unknown",
                           f"{repo}: {scan.path}'s {scan.key} could not be judged, so "
-                          f"`chat-template = \"sandboxed\"` refuses it: {scan.unreadable}")]
-    return [Violation("chat-template", repo, scan.path, ", ".join(scan.escapes),
-                      f"{repo}: {scan.path}'s {scan.key} reaches past the renderers' sandbox "
-                      f"({'; '.join(scan.escapes)}): rendered, it could run code")]
+                          f"`{scan.kind} = \"{mode}\"` refuses it: {scan.unreadable}")]
+    what, why = _FORMAT_WORDS[scan.kind]
+    return [Violation(scan.kind, repo, scan.path, ", ".join(scan.findings),
+                      f"{repo}: {scan.path}'s {scan.key} {what} "
+                      f"({'; '.join(scan.findings)}): {why}")]
 
 
 def judge_repo(repo: LockedRepo, lock: Lock, policy: Policy,
                scans: Iterable[PickleScan] | None = None,
-               templates: Iterable[TemplateScan] | None = None) -> list[Violation]:
-    """What `policy` refuses in one locked repo. `scans`, `templates`: the pickles' imports
-    and the chat templates to judge (default: what the lock recorded)."""
+               formats: Iterable[FormatScan] | None = None) -> list[Violation]:
+    """What `policy` refuses in one locked repo. `scans`, `formats`: the pickles' imports
+    and the other formats' findings to judge (default: what the lock recorded)."""
     out: list[Violation] = []
     for scan in repo.pickles if scans is None else scans:
         out += judge_pickle(repo.id, scan, policy)
-    for template in repo.templates if templates is None else templates:
-        out += judge_template(repo.id, template, policy)
+    for found in repo.formats if formats is None else formats:
+        out += judge_format(repo.id, found, policy)
     if policy.licenses is not None and repo.kind == "model":
         # Every licence a card lists must be allowed (a list does not say "any of").
         for licence in repo.licenses or ("",):
@@ -276,28 +310,31 @@ def judge_rescan(lock: Lock, rescanned: Lock, policy: Policy) -> list[Violation]
                     f"{_shown(new)}, where weights.lock records {_shown(old)}"))
         for scan in now.pickles:
             out += judge_pickle(repo.id, scan, policy)
-        was = {(t.path, t.key): t for t in repo.templates}
-        found_now = {(t.path, t.key): t for t in now.templates}
-        for path, key in sorted(set(was) | set(found_now)):
-            old_t, new_t = was.get((path, key)), found_now.get((path, key))
-            if (old_t and (old_t.escapes, old_t.unreadable)) != (
-                    new_t and (new_t.escapes, new_t.unreadable)):
+        was = {(t.path, t.kind, t.key): t for t in repo.formats}
+        found_now = {(t.path, t.kind, t.key): t for t in now.formats}
+        for path, kind, key in sorted(set(was) | set(found_now)):
+            old_t, new_t = was.get((path, kind, key)), found_now.get((path, kind, key))
+            if (old_t and (old_t.findings, old_t.unreadable)) != (
+                    new_t and (new_t.findings, new_t.unreadable)):
                 out.append(Violation(
                     "changed", repo.id, path, key,
                     f"{repo.id}: {path}'s {key} on the Hub "
-                    f"{_template_shown(new_t)}, where weights.lock records "
-                    f"{_template_shown(old_t) if old_t else 'nothing'}"))
-        for template in now.templates:
-            out += judge_template(repo.id, template, policy)
+                    f"{_format_shown(kind, new_t)}, where weights.lock records "
+                    f"{_format_shown(kind, old_t) if old_t else 'nothing'}"))
+        for found_format in now.formats:
+            out += judge_format(repo.id, found_format, policy)
     return out
 
 
-def _template_shown(scan: TemplateScan | None) -> str:
+_FORMAT_VERBS = {"chat-template": "reaches", "keras": "runs", "onnx-external-data": "reads"}
+
+
+def _format_shown(kind: str, scan: FormatScan | None) -> str:
     if scan is None:
-        return "reaches nothing past the sandbox"
+        return f"{_FORMAT_VERBS[kind]} nothing the policy judges"
     if scan.unreadable:
         return f"could not be judged ({scan.unreadable})"
-    return "reaches " + "; ".join(scan.escapes)
+    return f"{_FORMAT_VERBS[kind]} " + "; ".join(scan.findings)
 
 
 def _shown(scan: PickleScan) -> str:
@@ -330,6 +367,12 @@ _HINTS = {
     "chat-template": "For a chat template: take another file or repo (a real chat template "
     "names nothing the sandbox hides), or set `chat-template = \"allow\"` in "
     "[tool.wlock.policy] if your renderer is not a Jinja sandbox you rely on.",
+    "keras": "For a Keras model that names code: take its weights alone (model.weights.h5, "
+    "safetensors) and build the model in your code, or set `keras = \"allow\"` in "
+    "[tool.wlock.policy] if you mean to run the code it names.",
+    "onnx-external-data": "For ONNX external data outside the model's folder: take another "
+    "file or repo (exporters write it beside the model), or set `onnx-external-data = "
+    "\"allow\"` in [tool.wlock.policy] if you mean the loader to read those files.",
 }
 
 

@@ -4,8 +4,9 @@ Every locked file that is on disk is judged again from its bytes (wlock.scan: no
 record; a file swapped in the cache after a sync is judged as it is), and a judgement that
 differs from the lock's record is itself a finding. A file not on disk is judged from the
 lock's record only, and the report counts those apart (`from_lock`): a record is what `lock`
-saw through ranges, not proof of the bytes a download would give. A GGUF's chat templates
-are judged from its bytes the same way. Licences and remote code are judged from the lock.
+saw through ranges, not proof of the bytes a download would give. The other formats (chat
+templates, Keras configs, ONNX external data) are judged from their bytes the same way.
+Licences and remote code are judged from the lock.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wlock.cache.layout import RepoPaths
-from wlock.models import Lock, PickleScan, TemplateScan
+from wlock.models import FormatScan, Lock, PickleScan
 from wlock.policy import Policy, Violation, expected_scan, judge_repo
-from wlock.scan import is_judged, is_template_judged, judge_file, judge_templates
+from wlock.scan import is_format_judged, is_judged, judge_file, judge_formats
 
 
 @dataclass
@@ -37,11 +38,11 @@ def audit(lock: Lock, policy: Policy, cache_dir: Path) -> AuditReport:
         recorded = {p.path: p for p in repo.pickles}
         paths = RepoPaths.of(cache_dir, repo)
         scans: list[PickleScan] = []
-        templates: list[TemplateScan] = []
+        formats: list[FormatScan] = []
         for f in repo.files:
-            if f.size and is_template_judged(f.path):
-                templates += _templates(repo.templates, paths.link(repo.revision, f.path),
-                                        f.path, policy)
+            if f.size and is_format_judged(f.path):
+                formats += _formats(repo.formats, paths.link(repo.revision, f.path), f.path,
+                                    policy)
             if not f.size or not is_judged(repo.kind, f.path):
                 continue
             on_disk = paths.link(repo.revision, f.path)
@@ -69,16 +70,16 @@ def audit(lock: Lock, policy: Policy, cache_dir: Path) -> AuditReport:
                     f"{', '.join(added) or 'other names'} where the lock recorded "
                     f"{', '.join(old.imports) or 'none'}: the file is not the one locked "
                     f"(run `wlock check`, then `wlock sync`)"))
-        report.violations += judge_repo(repo, lock, policy, scans, templates)
+        report.violations += judge_repo(repo, lock, policy, scans, formats)
     return report
 
 
-def _templates(recorded: tuple[TemplateScan, ...], on_disk: Path, path: str, policy: Policy,
-               ) -> list[TemplateScan]:
-    """A GGUF's chat templates judged from its bytes on disk; the lock's records of them
+def _formats(recorded: tuple[FormatScan, ...], on_disk: Path, path: str, policy: Policy,
+             ) -> list[FormatScan]:
+    """A file's other formats judged from its bytes on disk; the lock's records of them
     when it is not there (the file is counted in `from_lock` with its pickle judgement)."""
     try:
         with open(os.path.realpath(on_disk), "rb") as handle:
-            return list(judge_templates(handle, path, policy.limits))
+            return list(judge_formats(handle, path, policy.limits))
     except (FileNotFoundError, NotADirectoryError):
         return [t for t in recorded if t.path == path]

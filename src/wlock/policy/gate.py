@@ -13,28 +13,28 @@ from collections.abc import Callable
 
 from wlock.errors import PolicyError
 from wlock.models import LockedFile, LockedRepo, PickleScan
-from wlock.policy import Policy, expected_scan, judge_pickle, judge_template
-from wlock.scan import is_judged, is_template_judged, judge_file, judge_templates
+from wlock.policy import Policy, expected_scan, judge_format, judge_pickle, judges_formats
+from wlock.scan import is_format_judged, is_judged, judge_file, judge_formats
 
 
 def admission(policy: Policy) -> Callable[[LockedRepo, LockedFile, str], None] | None:
     """The check `execute_plan(admit=...)` calls for each verified blob; None when the
-    policy allows any pickle and any chat template (nothing to judge)."""
-    if policy.pickle == "allow" and policy.chat_template == "allow":
+    policy allows any pickle and every other format (nothing to judge)."""
+    if policy.pickle == "allow" and not judges_formats(policy):
         return None
 
     def admit(repo: LockedRepo, f: LockedFile, temp: str) -> None:
         if not f.size:
             return
         problems: list[str] = []
-        if policy.chat_template != "allow" and is_template_judged(f.path):
-            # Chat templates (a GGUF's header, a tokenizer's config, a .jinja), judged from
-            # the bytes about to be published whatever the lock records (an edited record
-            # says nothing of them).
+        if judges_formats(policy) and is_format_judged(f.path):
+            # The other formats (chat templates, Keras configs, ONNX external data), judged
+            # from the bytes about to be published whatever the lock records (an edited
+            # record says nothing of them).
             with open(temp, "rb") as handle:
-                problems += [v.message for t in judge_templates(handle, f.path, policy.limits,
-                                                                f.size)
-                             for v in judge_template(repo.id, t, policy)]
+                problems += [v.message for t in judge_formats(handle, f.path, policy.limits,
+                                                              f.size)
+                             for v in judge_format(repo.id, t, policy)]
         if policy.pickle == "allow" or not is_judged(repo.kind, f.path):
             _refuse(repo, f, problems, policy)
             return

@@ -17,6 +17,11 @@ that refuses early (the zip's directory and its pickles, never the tensors), and
 the files whose readers never unpickle (safetensors, JSON, text, GGUF, ONNX, images:
 `judged_at_lock`), unless an index of pickle weights names them as its shards, where
 torch.load reads whatever the index names.
+
+Formats other than pickle that run code or read past their folder (`judge_formats`): chat
+templates (`scan.template`, in a GGUF's header: `scan.gguf`), Keras configs (`scan.keras`),
+ONNX external data (`scan.onnx`). Each is a policy class of its own, judged by lock from
+ranges, by sync from the verified bytes and by audit on disk, as pickles are.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
-from wlock.models import LockedFile, PickleScan, RepoKind, TemplateScan
+from wlock.models import FormatScan, LockedFile, PickleScan, RepoKind
 from wlock.scan.budget import ScanLimits
 from wlock.scan.formats import judge_stream
 from wlock.scan.template import judge_template
@@ -92,22 +97,31 @@ def judge_file(stream: BinaryIO | io.RawIOBase, path: str, limits: ScanLimits | 
     return PickleScan(path, tuple(sorted(found.imports)), found.pickle, found.unreadable)
 
 
-def judge_templates(stream: BinaryIO | io.RawIOBase, path: str,
-                    limits: ScanLimits | None = None, size: int | None = None,
-                    ) -> tuple[TemplateScan, ...]:
-    """The chat templates in the file at `path` (read from `stream`, from its start) that
-    reach past the renderers' sandbox, or could not be judged: a GGUF's header, a tokenizer's
-    or processor's config (`chat_template`: one, or a list of named ones), a `.jinja` file
-    (transformers 5 saves the template as `chat_template.jinja`, named ones under
-    `additional_chat_templates/`); () for any other file. Raises only what the stream
-    raises."""
-    from wlock.scan.budget import Budget, Source, Unjudged
-    from wlock.scan.gguf import TEMPLATE_KEY, chat_templates, is_gguf
-
+def judge_formats(stream: BinaryIO | io.RawIOBase, path: str,
+                  limits: ScanLimits | None = None, size: int | None = None,
+                  ) -> tuple[FormatScan, ...]:
+    """What the file at `path` (read from `stream`, from its start) would run or read past its
+    folder in a format other than pickle, or could not be judged (`is_format_judged` says
+    which files): its chat templates that reach past the renderers' sandbox (a GGUF's header,
+    a tokenizer's or processor's config, a `.jinja` file), a Keras config's code (a `.keras`
+    archive, a Keras 2 `.h5`), an ONNX model's external data outside its folder. () for a
+    file with nothing to say. Raises only what the stream raises."""
     stream.seek(0)
     head = stream.read(4) or b""
     stream.seek(0)
-    name = path.rsplit("/", 1)[-1]
+    name = path.rsplit("/", 1)[-1].lower()
+    if name.endswith(_KERAS):
+        return _keras(stream, path)
+    if name.endswith(".onnx"):
+        return _onnx(stream, path, limits, size)
+    return _templates(stream, path, head, name, limits, size)
+
+
+def _templates(stream: BinaryIO | io.RawIOBase, path: str, head: bytes, name: str,
+               limits: ScanLimits | None, size: int | None) -> tuple[FormatScan, ...]:
+    from wlock.scan.budget import Budget, Source, Unjudged
+    from wlock.scan.gguf import TEMPLATE_KEY, chat_templates, is_gguf
+
     found: list[tuple[str, str]] = []
     try:
         if is_gguf(head):
@@ -116,18 +130,61 @@ def judge_templates(stream: BinaryIO | io.RawIOBase, path: str,
             data = stream.read(MAX_TEMPLATE_FILE + 1) or b""
             if len(data) > MAX_TEMPLATE_FILE:
                 raise Unjudged(f"a file of more than {MAX_TEMPLATE_FILE:,} bytes")
-            found = _config_templates(name, data)
+            found = _config_templates(path.rsplit("/", 1)[-1], data)
     except Unjudged as e:
-        return (TemplateScan(path, TEMPLATE_KEY if is_gguf(head) else "chat_template", (),
-                             f"it could not be read: {e}"),)
+        return (FormatScan("chat-template", path,
+                           TEMPLATE_KEY if is_gguf(head) else "chat_template", (),
+                           f"it could not be read: {e}"),)
     out = []
     for key, text in found:
         escapes, unreadable = judge_template(text)
         if escapes or unreadable:
-            out.append(TemplateScan(path, key, escapes, unreadable))
+            out.append(FormatScan("chat-template", path, key, escapes, unreadable))
     return tuple(out)
 
 
+def _keras(stream: BinaryIO | io.RawIOBase, path: str) -> tuple[FormatScan, ...]:
+    from wlock.scan.budget import Unjudged
+    from wlock.scan.keras import code_in, configs
+
+    out = []
+    try:
+        for where, config in configs(stream):
+            found = tuple(sorted(set(code_in(config))))
+            if found:
+                out.append(FormatScan("keras", path, where, found))
+    except Unjudged as e:
+        return (FormatScan("keras", path, "config", (), f"it could not be read: {e}"),)
+    return tuple(out)
+
+
+def _onnx(stream: BinaryIO | io.RawIOBase, path: str, limits: ScanLimits | None,
+          size: int | None) -> tuple[FormatScan, ...]:
+    from wlock.scan.budget import Budget, Source, Truncated, Unjudged
+    from wlock.scan.onnx import escapes_folder, external_locations
+
+    if size is None:
+        size = stream.seek(0, io.SEEK_END)
+        stream.seek(0)
+    try:
+        found = external_locations(Source(stream, Budget(limits or ScanLimits()), size), size)
+    except Truncated:
+        return ()  # protobuf cannot parse it either: no runtime reads anything it names
+    except Unjudged as e:
+        return (FormatScan("onnx-external-data", path, "model", (),
+                           f"it could not be read: {e}"),)
+    by_tensor: dict[str, set[str]] = {}
+    for tensor, location in found:
+        why = escapes_folder(location)
+        if why is not None:
+            by_tensor.setdefault(tensor, set()).add(f"{location!r}: {why}")
+    return tuple(FormatScan("onnx-external-data", path, tensor, tuple(sorted(found)))
+                 for tensor, found in sorted(by_tensor.items()))
+
+
+# The names Keras loads models from: Keras 3's archive, Keras 2's HDF5 (load_model and
+# from_pretrained_keras read these; a weights-only .h5 holds no config and says nothing).
+_KERAS = (".keras", ".h5", ".hdf5")
 # The configs transformers reads a chat template from (tokenizer_config.json's
 # `chat_template`, a processor's chat_template.json), and their largest judged size.
 _TEMPLATE_CONFIGS = ("tokenizer_config.json", "chat_template.json")
@@ -158,13 +215,13 @@ def _config_templates(name: str, data: bytes) -> list[tuple[str, str]]:
     return []
 
 
-def is_template_judged(path: str) -> bool:
-    """Whether a locked file's chat templates are judged (by its name, to keep lock's range
-    reads to the files a renderer reads; its bytes decide after): a GGUF file, a tokenizer's
-    or processor's config, a `.jinja` template."""
+def is_format_judged(path: str) -> bool:
+    """Whether `judge_formats` reads a locked file (by its name, to keep lock's range reads
+    to the files these loaders read; its bytes decide after): a GGUF file, a tokenizer's or
+    processor's config, a `.jinja` template, a Keras archive or HDF5 file, an ONNX model."""
     name = path.rsplit("/", 1)[-1].lower()
-    return name.endswith((".gguf", ".jinja")) or name in _TEMPLATE_CONFIGS
+    return name.endswith((".gguf", ".jinja", ".onnx", *_KERAS)) or name in _TEMPLATE_CONFIGS
 
 
-__all__ = ["ScanLimits", "is_judged", "is_template_judged", "judge_file", "judge_templates",
+__all__ = ["ScanLimits", "is_format_judged", "is_judged", "judge_file", "judge_formats",
            "judged_at_lock", "pickle_shards"]
