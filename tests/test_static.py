@@ -9,7 +9,7 @@ from tests.conftest import ROOT
 
 
 def test_ruff_is_clean() -> None:
-    result = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "bench"],
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "bench", "fixtures"],
                             cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 

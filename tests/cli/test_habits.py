@@ -37,7 +37,8 @@ def test_completion_offers_subcommands_flags_and_locked_ids(tmp_path: Path) -> N
     (project / "weights.lock").write_bytes(LOCK.read_bytes())
     assert {"sync", "status"} <= set(complete("wlock s", project))
     assert "--dry-run" in complete("wlock sync --d", project)
-    assert complete("wlock revision acme/t", project) == ["acme/tiny-bert", "acme/tiny-squad"]
+    assert complete("wlock revision acme/t", project) == [
+        "acme/tiny-bert", "acme/tiny-lm", "acme/tiny-prompts", "acme/tiny-squad"]
     assert complete("wlock path ACME/TINY-B", project) == ["acme/tiny-bert"]
     bare = tmp_path / "no-lock"
     bare.mkdir()

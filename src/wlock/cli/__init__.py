@@ -95,7 +95,8 @@ def cli(quiet: int, verbose: int, debug: bool, no_progress: bool, color: str) ->
 
 @cli.command()
 def demo() -> None:
-    """Run lock, sync and check against the bundled example Hub on 127.0.0.1."""
+    """Run lock, sync and check against the bundled example Hub on 127.0.0.1, then load its
+    tiny model offline at the locked commit (with transformers, torch and datasets)."""
     from wlock.cli.demo import run_demo
 
     run_demo()
