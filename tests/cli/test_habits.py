@@ -264,3 +264,48 @@ def test_sync_locks_again_when_weights_toml_changed(hub: Hub, tmp_path: Path) ->
     locked = [f.path for f in read_lock(project / "weights.lock").repos[0].files]
     assert locked and all(p.endswith(".json") for p in locked), locked
     assert json.loads(synced.stdout)["files_to_fetch"] == len(locked)
+
+
+@pytest.mark.parametrize("flags", [["-q"], ["--no-progress"], []])
+def test_no_progress_bar_of_huggingface_hubs_own_on_a_terminal(
+        hub: Hub, tmp_path: Path, flags: list[str]) -> None:
+    """`add` and `lock` read small files through huggingface_hub's hf_hub_download, which draws
+    its own tqdm bars on a terminal (named after the URL's tail, `(…)5b1c…%22`): wlock draws
+    no bar of huggingface_hub's, with -q and --no-progress after the command as before it,
+    and without them either (its own progress is sync's). On a real pseudo-terminal."""
+    project = write_project(tmp_path / "p", "")
+    code, screens = run_in_terminal(["add", "acme/tiny-bert", *flags, "--endpoint",
+                                     hub.endpoint], project, {})
+    shown = "\n".join(line for screen in screens for line in screen if line.strip())
+    assert code == 0, shown
+    assert not any(mark in shown for mark in ("it/s", "B/s", "%|", "(…)")), shown
+    if flags == ["-q"]:
+        assert shown == "", shown
+    code, screens = run_in_terminal(["lock", "--upgrade", *flags, "--endpoint", hub.endpoint],
+                                    project, {})
+    shown = "\n".join(line for screen in screens for line in screen if line.strip())
+    assert code == 0 and not any(mark in shown for mark in ("it/s", "B/s", "%|", "(…)")), shown
+
+
+def test_rates_and_etas_show_only_once_they_mean_something() -> None:
+    """The bars' rate and time-remaining columns stay blank until a transfer has run three
+    seconds and moved 256 kB (a first fast chunk showed `20.2 kB/s 1:19:20`), then show
+    rich's own figures. On rich's Progress with a clock of the test's."""
+    from rich.progress import Progress
+
+    from wlock.cli.progress import settled_columns
+
+    now = [100.0]
+    speed, remaining = settled_columns()
+    bars = Progress(speed, remaining, get_time=lambda: now[0], auto_refresh=False)
+    task = bars.add_task("x", total=100 * 1024 * 1024)
+    bars.start_task(task)
+    now[0] += 0.5
+    bars.update(task, advance=20_000)  # a first chunk, half a second in
+    shown = lambda column: str(column.render(bars.tasks[0]))  # noqa: E731
+    assert shown(speed) == "" and shown(remaining) == "-:--:--"
+    for _ in range(8):  # four seconds at 1 MB a second
+        now[0] += 0.5
+        bars.update(task, advance=500_000)
+    assert shown(speed).endswith("/s") and "MB" in shown(speed), shown(speed)
+    assert shown(remaining) not in ("-:--:--", ""), shown(remaining)

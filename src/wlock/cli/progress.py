@@ -104,19 +104,12 @@ class _Bars:
     line above them per file as it completes."""
 
     def __init__(self, title: str, total: int, *, every: bool) -> None:
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
+        speed, remaining = settled_columns()
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-            TransferSpeedColumn(), TimeRemainingColumn(), transient=True,
-            console=_stderr_console(),
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), speed, remaining,
+            transient=True, console=_stderr_console(),
         )
         self._total = self._progress.add_task(title, total=total)
         self._tasks: dict[str, Any] = {}
@@ -150,6 +143,37 @@ class _Bars:
 
     def close(self) -> None:
         self._progress.stop()
+
+
+# A rate or an ETA means something once a transfer has run this long and moved this much:
+# before, one fast first chunk or a slow handshake shows `20.2 kB/s 1:19:20`.
+SETTLE_SECONDS = 3.0
+SETTLE_BYTES = 256 * 1024
+
+
+def settled_columns() -> tuple[Any, Any]:
+    """rich's transfer-speed and time-remaining columns, blank until their task has settled
+    (SETTLE_SECONDS of its own time and SETTLE_BYTES moved)."""
+    from rich.progress import TimeRemainingColumn, TransferSpeedColumn
+    from rich.text import Text
+
+    def settled(task: Any) -> bool:
+        return bool(task.elapsed and task.elapsed >= SETTLE_SECONDS
+                    and task.completed >= SETTLE_BYTES)
+
+    class Speed(TransferSpeedColumn):
+        def render(self, task: Any) -> Text:
+            if settled(task):
+                return super().render(task)
+            return Text("", style="progress.data.speed")
+
+    class Remaining(TimeRemainingColumn):
+        def render(self, task: Any) -> Text:
+            if settled(task):
+                return super().render(task)
+            return Text("-:--:--", style="progress.remaining")
+
+    return Speed(), Remaining()
 
 
 def _stderr_console() -> Any:
