@@ -3,7 +3,7 @@
 this repository and tests are run against it; a mutant the tests do not notice "survives".
 Prints the score and every survivor's diff.
 
-    pip install -e '.[dev,bench]'
+    pip install -e . --group dev --group bench
     python bench/mutation.py --keep DIR           # every mutant (2,939: ~9 h on 2 cores)
     python bench/mutation.py --sample 100         # a random sample
     python bench/mutation.py --keep DIR --report  # what has run so far

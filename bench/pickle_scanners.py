@@ -1,7 +1,7 @@
 """Which judgement wlock builds on: its own walk (wlock.scan) against picklescan, and fickling
 and modelscan where they are installed, on the corpus of tests/pickle_corpus.py.
 
-    python bench/pickle_scanners.py          # pip install -e '.[dev,bench]' first
+    python bench/pickle_scanners.py          # pip install -e . --group dev --group bench first
 
 - caught: malicious files refused (every case of the corpus, each citing its source);
 - false alarms: benign files refused, over the benign twins (one per case, each loaded by

@@ -1,5 +1,6 @@
 """What a user installs: the wheel and the sdist, built offline by the project's own build
-backend (hatchling, as pip would run it), carry the licence and a working entry point."""
+backend (hatchling, as pip would run it), carry the licence, a working entry point and the
+example Hub, and publish no extra of the project's own tooling."""
 
 from __future__ import annotations
 
@@ -32,6 +33,14 @@ def test_the_wheel_and_the_sdist_carry_the_licence(tmp_path: Path) -> None:
         assert "wlock = wlock.cli:main" in z.read(entry).decode()
         # The example Hub `wlock demo` serves travels in the wheel.
         assert any("hubserver/fixture_repos/" in n for n in names)
+        # ... with the example's real tiny model, which the demo ends by loading.
+        assert any(n.endswith("fixture_repos/models/acme/tiny-lm/1-initial/model.safetensors")
+                   for n in names)
+    # What a user can install: the s3 extra only; the tests', docs' and benchmarks' needs are
+    # dependency groups (PEP 735), not published.
+    assert metadata.get_all("Provides-Extra") == ["s3"]
+    assert not [r for r in metadata.get_all("Requires-Dist") or [] if "extra ==" in r
+                and "s3" not in r]
     assert metadata["License-Expression"] == "Apache-2.0"
     assert metadata["License-File"] == "LICENSE"
     with tarfile.open(sdist) as t:
