@@ -2,7 +2,8 @@
 corpus of the tests: pickles (tests/pickle_corpus.py), GGUF chat templates
 (tests/template_corpus.py), Keras files and ONNX external data (tests/format_corpus.py).
 
-    KERAS_BACKEND=torch python bench/format_scanners.py   # pip install -e . --group dev --group bench
+    pip install -e . --group dev --group bench
+    KERAS_BACKEND=torch python bench/format_scanners.py
 
 Per corpus and judge:
 - caught: malicious files refused (each case cites its source);

@@ -90,7 +90,7 @@ class HubClient:
         the command (a default one, with the default bound on waiting, when None). `note`
         shows progress on work that takes more than a second (a listing of many pages)."""
         from huggingface_hub import HfApi
-        from huggingface_hub.utils import disable_progress_bars
+        from huggingface_hub.utils.tqdm import disable_progress_bars
 
         # Its downloads here are a loader's small reads, drawn by tqdm on a terminal under
         # the URL's tail (`(…)5b1c…%22`): wlock shows its own progress, never these.
