@@ -584,3 +584,23 @@ def test_a_renamed_repo_is_added_once_under_its_current_name(hub: Hub, tmp_path:
     again = run_wlock("add", "acme/older-tiny-bert", "--endpoint", hub.endpoint, cwd=project)
     assert again.code == 0, again.stderr
     assert (project / "weights.toml").read_text().count("[[model]]") == 1
+
+
+@pytest.mark.parametrize("flags", [["--loader", "transformers"], ["--loader", "all",
+                                                                   "--include", "*.json"]])
+def test_a_renamed_repo_added_with_a_loader_is_added_under_its_current_name(
+        hub: Hub, tmp_path: Path, flags: list[str]) -> None:
+    """With --loader the Hub is not asked before the entry is written: the lock finds the
+    rename, and the entry goes under the current name, once, locked so."""
+    hub.builder.rename("model", "acme/oldest-tiny-bert", "acme/tiny-bert")
+    project = write_project(tmp_path, "")
+    added = run_wlock("add", "acme/oldest-tiny-bert", *flags, "--endpoint", hub.endpoint,
+                      cwd=project)
+    assert added.code == 0, added.stderr
+    assert "acme/oldest-tiny-bert was renamed to acme/tiny-bert on the Hub: added as " \
+        "acme/tiny-bert." in added.stderr
+    manifest = (project / "weights.toml").read_text()
+    assert 'id = "acme/tiny-bert"' in manifest and "oldest" not in manifest
+    assert flags[1] in manifest  # the loader given is kept
+    assert [r.id for r in read_lock(project / "weights.lock").repos] == ["acme/tiny-bert"]
+    assert run_wlock("lock", "--check", cwd=project).code == 0

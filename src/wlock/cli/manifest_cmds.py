@@ -11,7 +11,7 @@ from wlock.cli.options import Settings, common_options, offline_option
 from wlock.cli.output import emit, info
 from wlock.errors import WlockError
 from wlock.lock.loaders import LOADERS
-from wlock.models import RepoKind
+from wlock.models import LockResult, RepoKind
 
 
 @click.command()
@@ -158,11 +158,26 @@ def add(
         try:
             from wlock.policy import enforcer, read_policy
 
-            result = lock_project(project, endpoint=settings.endpoint, token=settings.token,
-                                  timeout=timeout,
-                                  accept=enforcer(path, "weights.lock was left as it was."),
-                                  scan_limits=read_policy(path).limits, budget=budget,
-                                  note=None if settings.json else info)
+            def lock() -> LockResult:
+                return lock_project(project, endpoint=settings.endpoint, token=settings.token,
+                                    timeout=timeout,
+                                    accept=enforcer(path, "weights.lock was left as it was."),
+                                    scan_limits=read_policy(path).limits, budget=budget,
+                                    note=None if settings.json else info)
+
+            result = lock()
+            now = dict(result.renamed).get(repo_id)
+            if now is not None and not listed:
+                # Renamed on the Hub, and the Hub was not asked before (--loader given): the
+                # entry goes under the name the Hub gives it now, once, and is locked so.
+                write_bytes_atomic(path, before)
+                new = add_entry(path, kind, now, ref, include, exclude, loader, variant, base,
+                                config, split)
+                verb = "Added" if new else "Updated"
+                how = "is spelt" if now.lower() == repo_id.lower() else "was renamed to"
+                info(f"{repo_id} {how} {now} on the Hub: added as {now}.")
+                repo_id = now
+                result = lock()
         except WlockError as e:
             write_bytes_atomic(path, before)  # as it was: nothing half-added
             _blame_the_flag(e, kind, spec, ref, path, {
