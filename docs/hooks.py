@@ -1,17 +1,74 @@
-"""MkDocs hook: every command of wlock's command line loaded before the reference page is
-rendered. The group imports a command's module only when it is asked for (a fast start);
-mkdocs-click reads the group's loaded commands, so they are asked for here, once."""
+"""MkDocs hook: the command reference, one page per command, written from the commands
+themselves (mkdocs-click reads their click objects, so a page and `wlock COMMAND --help`
+cannot disagree), and the list of them on the reference's index page. A command added to the
+command line gets its page without anyone writing one."""
 
 from __future__ import annotations
 
 from typing import Any
 
+# Where the generated pages go, and the marker the index page replaces with their list.
+FOLDER = "reference/commands"
+MARKER = "<!-- the commands' pages -->"
+GLOBAL = "<!-- the group's options -->"
 
-def on_startup(**_: Any) -> None:
+
+def _commands() -> dict[str, tuple[str, str, str]]:
+    """Each command: (module, attribute, its help's first line)."""
     import click
 
-    from wlock.cli import cli
+    from wlock.cli import _COMMANDS, cli
 
     ctx = click.Context(cli)
+    out = {}
     for name in cli.list_commands(ctx):
-        cli.get_command(ctx, name)
+        command = cli.get_command(ctx, name)  # the group loads a command when asked
+        assert command is not None, name
+        module, attr = _COMMANDS.get(name, f":{command.callback.__name__}").split(":")
+        out[name] = (f"wlock.cli.{module}" if module else "wlock.cli", attr,
+                     command.get_short_help_str(limit=120))
+    return out
+
+
+def on_config(config: Any) -> Any:
+    """Each command's page in the navigation, under Reference."""
+    pages = [{f"wlock {name}": f"{FOLDER}/{name}.md"} for name in _commands()]
+    for section in config["nav"] or ():
+        if isinstance(section, dict) and "Reference" in section:
+            section["Reference"].append({"Each command": pages})
+    return config
+
+
+def on_files(files: Any, config: Any) -> Any:
+    from mkdocs.structure.files import File
+
+    for name, (module, attr, _) in _commands().items():
+        files.append(File.generated(config, f"{FOLDER}/{name}.md", content=(
+            f"# wlock {name}\n\n"
+            "Written from the command itself (its `--help`). Exit codes: see "
+            "[Commands and exit codes](../commands.md).\n\n"
+            f"::: mkdocs-click\n    :module: {module}\n    :command: {attr}\n"
+            f"    :prog_name: wlock {name}\n    :depth: 1\n    :style: table\n")))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
+    if MARKER in markdown:
+        rows = [f"| [`wlock {name}`](commands/{name}.md) | {short} |"
+                for name, (_, _, short) in _commands().items()]
+        markdown = markdown.replace(
+            MARKER, "| command | what it does |\n|---|---|\n" + "\n".join(rows))
+    if GLOBAL in markdown:
+        import click
+
+        from wlock.cli import cli
+
+        rows = []
+        for param in cli.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                record = param.get_help_record(click.Context(cli))
+                if record:
+                    rows.append(f"| `{record[0]}` | {record[1]} |")
+        markdown = markdown.replace(GLOBAL, "| option | what it does |\n|---|---|\n"
+                                    + "\n".join(rows))
+    return markdown

@@ -1,6 +1,7 @@
 """The documentation: the README short enough to read in five minutes, every file it links
 to there; the MkDocs site builds with --strict (a broken link or a missing page fails), and
-its command reference, written from the click commands, has every command."""
+its command reference, written from the click commands, has a page for every command
+(tests/test_site.py opens them in a browser)."""
 
 from __future__ import annotations
 
@@ -31,9 +32,11 @@ def test_the_site_builds_strictly_with_every_command_in_its_reference(tmp_path: 
                           timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     index = json.loads((tmp_path / "site" / "search" / "search_index.json").read_text())
-    anchors = {doc["location"].split("#", 1)[1] for doc in index["docs"]
-               if doc["location"].startswith("reference/cli/#")}
+    pages = {doc["location"].split("/")[2] for doc in index["docs"]
+             if doc["location"].startswith("reference/commands/")}
     commands = set(cli.list_commands(click.Context(cli)))
-    assert commands <= anchors, sorted(commands - anchors)
-    reference = (tmp_path / "site" / "reference" / "cli" / "index.html").read_text()
-    assert "--rate-limit-wait" in reference and "--load" in reference  # the options too
+    assert commands <= pages, sorted(commands - pages)
+    sync = (tmp_path / "site" / "reference" / "commands" / "sync" / "index.html").read_text()
+    assert "--rate-limit-wait" in sync and "--engine" in sync  # the options too
+    check = (tmp_path / "site" / "reference" / "commands" / "check" / "index.html").read_text()
+    assert "--load" in check
