@@ -57,7 +57,7 @@ def test_help_lists_every_command_and_a_command_imports_only_its_own() -> None:
     assert names == sorted(names) and {
         "init", "add", "remove", "lock", "sync", "check", "list", "revision", "path",
         "status", "archive", "export", "gc", "record", "checkpoints", "lint", "run", "serve",
-        "completion", "tree", "audit", "sbom", "demo"} == set(names)
+        "completion", "tree", "audit", "sbom", "demo", "outdated"} == set(names)
     # A command line pays for its own command: `sync` does not import the lint command's
     # module (nor the scanner behind it) or any other command's.
     probe = ("import atexit, sys\n"

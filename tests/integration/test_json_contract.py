@@ -60,6 +60,7 @@ def test_every_command_prints_one_document_on_success(hub: Hub, project: Path,
     assert len(document(wl(project, "revision", "acme/tiny-bert"), "revision")["revision"]) == 40
     document(wl(project, "path", "acme/tiny-bert"), "path")
     document(wl(project, "status"), "status")
+    document(wl(project, "outdated", *ep), "outdated")
     archive = str(tmp_path / "nas")
     a_dry = document(wl(project, "archive", "--to", archive, "--dry-run"), "archive")
     a_real = document(wl(project, "archive", "--to", archive), "archive")

@@ -34,6 +34,7 @@ _COMMANDS = {
     "checkpoints": "checkpoints_cmd:checkpoints", "lint": "lint_cmd:lint", "run": "run_cmd:run",
     "serve": "serve_cmd:serve", "completion": "completion_cmd:completion",
     "tree": "tree_cmd:tree", "audit": "audit_cmd:audit", "sbom": "sbom_cmd:sbom",
+    "outdated": "outdated_cmd:outdated",
 }
 
 

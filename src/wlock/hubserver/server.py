@@ -40,7 +40,8 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 from wlock.hubserver.faults import Faults
 from wlock.hubserver.store import Commit, Repo, RepoStore, StoredFile
 
-_API_VERBS = frozenset({"revision", "tree", "refs", "paths-info", "xet-read-token"})
+_API_VERBS = frozenset({"revision", "tree", "refs", "paths-info", "xet-read-token",
+                        "commits"})
 # How long a Xet read token lives (the Hub's: about an hour).
 XET_TOKEN_S = 3600
 _BODY_ACTIONS = frozenset({"truncate", "corrupt", "stall", "trickle"})
@@ -765,6 +766,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._tree(repo, self._commit(repo, rest[1]), "/".join(rest[2:]), query)
         elif verb == "refs" and read:
             self._refs(repo)
+        elif verb == "commits" and len(rest) >= 2 and read:
+            self._commits(repo, self._commit(repo, "/".join(rest[1:])), query)
         elif verb == "paths-info" and len(rest) >= 2 and method == "POST":
             self._paths_info(repo, self._commit(repo, rest[1]), body)
         elif verb == "xet-read-token" and len(rest) >= 2 and method == "GET":
@@ -925,6 +928,30 @@ class _Handler(BaseHTTPRequestHandler):
             ],
             headers,
         )
+
+    def _commits(self, repo: Repo, commit: Commit, query: dict[str, list[str]]) -> None:
+        """The history of a revision, newest first, as huggingface_hub's list_repo_commits
+        reads it (id, title, message, authors, date), 50 a page, the next page in `Link`
+        (`?p=N`, as the Hub pages its commit listing). Not in the recordings: the shape is
+        the client's parser's."""
+        page_size = 50
+        raw_page = query.get("p", ["0"])[0]
+        page = int(raw_page) if raw_page.isdigit() else 0
+        chain: list[Commit] = []
+        at: Commit | None = commit
+        while at is not None and len(chain) < (page + 1) * page_size + 1:
+            chain.append(at)
+            at = repo.commits.get(at.parent) if at.parent else None
+        items = chain[page * page_size:(page + 1) * page_size]
+        headers = {}
+        if len(chain) > (page + 1) * page_size:
+            host = self.headers.get("Host", "127.0.0.1")
+            headers["Link"] = (f'<http://{host}{urlsplit(self.path).path}?p={page + 1}>; '
+                               'rel="next"')
+        self._send_json([{"id": c.sha, "title": c.message.split("\n", 1)[0],
+                          "message": c.message, "date": c.date,
+                          "authors": [{"user": "emulator", "avatar": ""}]} for c in items],
+                        headers)
 
     def _refs(self, repo: Repo) -> None:
         def ref(kind: str, name: str, sha: str) -> dict[str, str]:

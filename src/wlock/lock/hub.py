@@ -49,6 +49,8 @@ SIBLINGS_TRUSTED = 1000
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 # What the gguf rule reads of a GGUF file: its header's first keys (general.architecture,
 # general.type) come first, well within this.
+# How far back `history` looks for a locked commit before it says "more than this".
+MAX_HISTORY = 1000
 GGUF_HEAD = 64 * 1024
 DEFAULT_TIMEOUT = 30.0
 
@@ -264,6 +266,46 @@ class HubClient:
                 raise HubError(f"{kind} {repo_id}: {self.endpoint}'s file listing gave an "
                                "empty page with a next one", repo=repo_id)
         return files_from_tree(repo_id, entries, xet_hashes)
+
+    def history(self, kind: RepoKind, repo_id: str, ref: str, until: str,
+                limit: int = MAX_HISTORY) -> tuple[list[dict[str, str]], bool]:
+        """The commits of `ref`, newest first, down to `until` (not included), as the Hub
+        lists them (huggingface_hub's list_repo_commits: id, title, date), page by page
+        only as far as needed: one request when `until` is among the newest 50. Returns
+        them and whether `until` was found (False: it is not among the newest `limit`, or
+        not in the ref's history at all). Raises a HubError subclass (exit 5)."""
+        from urllib.parse import quote as quoted
+        from urllib.parse import urljoin
+
+        prefix = "datasets" if kind == "dataset" else "models"
+        url: str | None = f"{self.endpoint}/api/{prefix}/{repo_id}/commits/{quoted(ref, safe='')}"
+        origin = urlsplit(self.endpoint)[:2]
+        out: list[dict[str, str]] = []
+        while url is not None and len(out) < limit:
+            response = self._get(url, kind, repo_id, f"{kind} {repo_id}@{ref}: its history")
+            if response.status_code != 200:
+                raise self._refused(response, kind, repo_id, ref)
+            try:
+                page = response.json()
+            except ValueError:
+                page = None
+            if not isinstance(page, list) or not all(
+                    isinstance(c, dict) and isinstance(c.get("id"), str) for c in page):
+                raise HubError(f"{kind} {repo_id}: {self.endpoint} answered the commit "
+                               "listing with something other than a list of commits",
+                               repo=repo_id)
+            for c in page:
+                if c["id"] == until:
+                    return out, True
+                out.append({"id": c["id"], "title": str(c.get("title", "")),
+                            "date": str(c.get("date", ""))})
+            following = response.links.get("next", {}).get("url")
+            url = urljoin(url, following) if following and page else None
+            if url is not None and urlsplit(url)[:2] != origin:
+                raise HubError(f"{kind} {repo_id}: {self.endpoint}'s commit listing points "
+                               f"its next page at another host ({urlsplit(url).netloc})",
+                               repo=repo_id)
+        return out, False
 
     def _get(self, url: str, kind: RepoKind, repo_id: str, what: str) -> Any:
         """GET `url` through the rate budget, retrying 5xx and dropped connections; a 429
