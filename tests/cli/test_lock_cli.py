@@ -63,7 +63,10 @@ def test_moved_branch_keeps_the_pin_until_upgraded(hub: Hub, tmp_path: Path) -> 
     dry = run_wlock("lock", "--upgrade-package", repo_id, "--dry-run", "--endpoint",
                     hub.endpoint, cwd=project)
     assert dry.code == 0
-    assert dry.stdout == f"{repo_id}  main  {old[:7]} -> {new[:7]}\n"
+    # The reviewer's report of the move: what changed, and what a sync would fetch.
+    assert dry.stdout == (f"{repo_id}  main  {old[:7]} -> {new[:7]}: 0 added, 0 removed, "
+                          "1 changed; a fresh machine downloads 1.0 kB, this upgrade 9 B\n"
+                          "  ~ config.json (9 B -> 9 B)\n")
     assert dry.stderr.startswith(
         "Would write weights.lock: 1 change. (--dry-run: nothing written)\n"
         "A sync would download ")
@@ -71,7 +74,7 @@ def test_moved_branch_keeps_the_pin_until_upgraded(hub: Hub, tmp_path: Path) -> 
 
     moved = run_wlock("lock", "--upgrade-package", repo_id, "--endpoint", hub.endpoint,
                       cwd=project)
-    assert moved.code == 0 and moved.stdout == f"{repo_id}  main  {old[:7]} -> {new[:7]}\n"
+    assert moved.code == 0 and moved.stdout == dry.stdout
     locked = read_lock(project / "weights.lock").repos[0]
     assert locked.revision == new
     assert {f.path: f.size for f in locked.files} == {"config.json": 9,

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from wlock.cli.options import Settings, common_options, offline_option
 from wlock.cli.output import emit, info, warn
 from wlock.units import count, human_size
+
+if TYPE_CHECKING:
+    from wlock.models import Lock
 
 
 @click.command()
@@ -26,6 +30,10 @@ from wlock.units import count, human_size
 @click.option("--upgrade", "-U", is_flag=True, help="Move every pin to its ref's current commit.")
 @click.option("--upgrade-package", "-P", multiple=True, metavar="ID",
               help="Move only this entry's pin (repeatable).")
+@click.option("--format", "report_format", type=click.Choice(["text", "markdown"]),
+              default="text", show_default=True,
+              help="The upgrade report's form (for pins that move): markdown for a pull "
+              "request's body. --json carries it too.")
 @click.option("--jobs", "-j", type=click.IntRange(1, 128), default=16, show_default=True,
               help="Repos resolved at once.")
 @click.option("--timeout", type=click.FloatRange(0.1, 3600), default=30, show_default=True,
@@ -43,8 +51,8 @@ from wlock.units import count, human_size
 @common_options
 def lock(
     check: bool, rescan: bool, remote: bool, dry_run: bool, upgrade: bool,
-    upgrade_package: tuple[str, ...], jobs: int, timeout: float, from_record: Path | None,
-    run_id: str | None, output: Path | None,
+    upgrade_package: tuple[str, ...], report_format: str, jobs: int, timeout: float,
+    from_record: Path | None, run_id: str | None, output: Path | None,
     settings: Settings,
 ) -> None:
     """Pin every entry of weights.toml to a commit, and every file to its size and hash.
@@ -60,6 +68,7 @@ def lock(
       wlock lock --check --remote         # ... and is every file line the Hub's?
       wlock lock --check --rescan         # ... and are its records the Hub's bytes?
       wlock lock --upgrade-package acme/tiny-bert --dry-run
+      wlock lock --upgrade --dry-run --format markdown > body.md   # for a pull request
       wlock lock --upgrade                # move every pin to its ref's newest commit
       HF_HUB_OFFLINE=1 wlock lock         # no request: fine while weights.toml is unchanged
       wlock lock --from-record runs.jsonl # the lock the last recorded run used
@@ -83,6 +92,7 @@ def lock(
 
     project = settings.project()
     started = time.monotonic()
+    before = _lock_before(project)
     result = lock_project(
         project, endpoint=settings.endpoint, token=settings.token, check=check,
         dry_run=dry_run, upgrade=upgrade, upgrade_packages=upgrade_package, jobs=jobs,
@@ -102,8 +112,14 @@ def lock(
         info(line)
     for old, new in result.renamed:
         warn(f"{old} was renamed to {new} on the Hub; consider updating weights.toml")
+    from wlock.lock.report import render_markdown, render_text, upgrade_report
+
+    report = upgrade_report(before, result.lock) if not check else []
+    if report_format == "markdown" and settings.json:
+        raise click.UsageError("--format markdown and --json: choose one")
     if settings.json:
         emit({
+            "report": [r.as_json() for r in report],
             "lock": str(project / "weights.lock"),
             "written": result.written,
             "merge": list(result.notes),
@@ -117,8 +133,17 @@ def lock(
             "bytes": sum(r.size for r in result.lock.repos),
         })
         return
-    for change in result.changes:
-        click.echo(change.render())
+    if report_format == "markdown":
+        click.echo(render_markdown(report), nl=False)
+    else:
+        # A pin that moves (or whose files are re-selected) gets the reviewer's report; a
+        # new or removed entry, its one line.
+        reviewed = {(r.kind, r.id) for r in report}
+        for change in result.changes:
+            if (change.kind, change.id) not in reviewed:
+                click.echo(change.render())
+        if report:
+            click.echo(render_text(report))
     repos = count(len(result.lock.repos), "repo")
     files = count(sum(len(r.files) for r in result.lock.repos), "file")
     size = human_size(sum(r.size for r in result.lock.repos))
@@ -132,6 +157,18 @@ def lock(
     else:
         verb = "Wrote" if result.written else "Unchanged:"
         info(f"{verb} weights.lock: {repos}, {files}, {size} in {elapsed:.2f}s.")
+
+
+def _lock_before(project: Path) -> Lock | None:
+    """The lock on disk before this one is made (None: none, or one that does not parse:
+    the report then treats every entry as new)."""
+    from wlock.errors import WlockError
+    from wlock.lock.lockfile import read_lock
+
+    try:
+        return read_lock(project / "weights.lock")
+    except (WlockError, OSError):
+        return None
 
 
 def _remote(lock: object, project: Path, jobs: int, timeout: float, settings: Settings
