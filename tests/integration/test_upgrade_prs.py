@@ -74,3 +74,22 @@ def test_one_branch_per_moved_entry_with_the_report_as_its_body(hub: Hub, tmp_pa
         assert body in git(project, "log", "-1", "--format=%B", branch)
     licence_body = (tmp_path / "bodies" / f"{expected[1].replace('/', '_')}.md").read_text()
     assert "- **licence**: LICENSE changed" in licence_body
+
+
+def test_the_renovate_presets_managers_find_every_pin_of_a_real_lock() -> None:
+    """The preset itself is not run (no Renovate here); what can be checked is: its managers'
+    patterns (RE2 in Renovate; these use nothing Python's re reads otherwise) find every
+    entry of a lock wlock wrote, with its id, ref and commit."""
+    import json
+    import re
+
+    preset = json.loads((ROOT / "docs" / "ci" / "renovate.json").read_text())
+    text = (ROOT / "weights.lock.example").read_text()
+    found = {}
+    for manager in preset["customManagers"]:
+        kind = "dataset" if "datasets/" in manager["packageNameTemplate"] else "model"
+        for pattern in manager["matchStrings"]:
+            for m in re.finditer(pattern.replace("(?<", "(?P<"), text):
+                found[(kind, m["depName"])] = (m["currentValue"], m["currentDigest"])
+    lock = read_lock(ROOT / "weights.lock.example")
+    assert found == {(r.kind, r.id): (r.requested, r.revision) for r in lock.repos}
