@@ -59,6 +59,11 @@ def upgraded(hub: Hub, tmp_path: Path, old: dict[str, bytes], new: dict[str, byt
     assert said, dry.stderr
     predicted = float(said.group(1)) * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[said.group(2)]
     assert served(hub) == 0  # metadata only
+    # The reviewer's report says the same, for this repo (chunk-exact where Xet allows).
+    as_json = run_wlock("lock", "--upgrade", "--dry-run", "--json", "--endpoint",
+                        hub.endpoint, cwd=project)
+    [entry] = json.loads(as_json.stdout)["report"]
+    here = entry["cache_bytes"]
     result = run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project)
     assert result.code == 0, result.stderr
     hub.process.reset_stats()
@@ -68,6 +73,7 @@ def upgraded(hub: Hub, tmp_path: Path, old: dict[str, bytes], new: dict[str, byt
     fetched = served(hub)
     if report["upgraded"]["files"]:  # the dry run's figure within 10% of what was fetched
         assert abs(predicted - fetched) <= 0.1 * fetched, (predicted, fetched)
+        assert abs(here - fetched) <= 0.1 * fetched, (here, fetched)
     return project, report, sha
 
 

@@ -30,7 +30,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -305,6 +305,8 @@ class Estimate:
     size: int  # their bytes
     download: int  # bytes from the network: `size`, less what upgrades copy
     upgraded: int  # files put together from a cached revision
+    # `download` by repo ((kind, id)): what the upgrade report says this cache downloads.
+    by_repo: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def estimate(lock: Any, cache_dir: Path, endpoint: str, token: str | None,
@@ -317,10 +319,12 @@ def estimate(lock: Any, cache_dir: Path, endpoint: str, token: str | None,
 
     plan = plan_sync(lock, cache_dir)
     files = size = download = upgraded = 0
+    by_repo: dict[tuple[str, str], int] = {}
     with Transfer(endpoint, token, jobs=1, timeout=timeout) as transfer:
         upgrader = Upgrader(transfer, lambda job, n: None)
         for r in plan.repos:
             paths = RepoPaths.of(cache_dir, r.repo)
+            at_start = download
             for f in r.downloads:
                 files, size = files + 1, size + f.size
                 old = (predecessor(paths, r.repo.revision, f.path, f.etag)
@@ -336,4 +340,5 @@ def estimate(lock: Any, cache_dir: Path, endpoint: str, token: str | None,
                     upgraded += 1
                 except NotUpgraded:
                     download += f.size
-    return Estimate(files, size, download, upgraded)
+            by_repo[(r.repo.kind, r.repo.id)] = download - at_start
+    return Estimate(files, size, download, upgraded, by_repo)

@@ -13,6 +13,7 @@ from wlock.cli.output import emit, info, warn
 from wlock.units import count, human_size
 
 if TYPE_CHECKING:
+    from wlock.cache.upgrade import Estimate
     from wlock.models import Lock
 
 
@@ -115,6 +116,11 @@ def lock(
     from wlock.lock.report import render_markdown, render_text, upgrade_report
 
     report = upgrade_report(before, result.lock) if not check else []
+    planned = None
+    if dry_run and result.changes and not settings.offline:
+        planned = _estimate(result.lock, settings, timeout)
+        for r in report:  # chunk-exact where Xet allows: what sync would fetch here
+            r.cache_bytes = planned.by_repo.get((r.kind, r.id), 0)
     if report_format == "markdown" and settings.json:
         raise click.UsageError("--format markdown and --json: choose one")
     if settings.json:
@@ -152,8 +158,8 @@ def lock(
     elif dry_run:
         what = count(len(result.changes), "change") if result.changes else "no changes"
         info(f"Would write weights.lock: {what}. (--dry-run: nothing written)")
-        if result.changes and not settings.offline:
-            info(_download_line(result.lock, settings, timeout))
+        if planned is not None:
+            info(_download_line(planned, settings))
     else:
         verb = "Wrote" if result.written else "Unchanged:"
         info(f"{verb} weights.lock: {repos}, {files}, {size} in {elapsed:.2f}s.")
@@ -195,13 +201,16 @@ def _remote(lock: object, project: Path, jobs: int, timeout: float, settings: Se
          f"{count(sum(len(r.files) for r in lock.repos), 'file')} at their pinned commits.")
 
 
-def _download_line(lock: object, settings: Settings, timeout: float) -> str:
+def _estimate(lock: object, settings: Settings, timeout: float) -> Estimate:
     """What `wlock sync` of the new lock would download into this cache: chunk-level
     upgrades planned from the reconstructions (wlock.cache.upgrade), nothing fetched."""
     from wlock.cache.upgrade import estimate
     from wlock.cli.sync_cmd import _token
 
-    e = estimate(lock, settings.cache_dir, settings.endpoint, _token(settings), timeout)
+    return estimate(lock, settings.cache_dir, settings.endpoint, _token(settings), timeout)
+
+
+def _download_line(e: Estimate, settings: Settings) -> str:
     if not e.files:
         return f"A sync would download nothing: every file is in {settings.cache_dir}."
     line = (f"A sync would download {human_size(e.download)} "

@@ -35,7 +35,10 @@ class RepoReport:
     removed: list[tuple[str, int]] = field(default_factory=list)
     changed: list[tuple[str, int, int]] = field(default_factory=list)  # path, old, new size
     fresh_bytes: int = 0  # a machine with nothing cached downloads this
-    upgrade_bytes: int = 0  # a cache holding the old pin downloads this
+    upgrade_bytes: int = 0  # a cache holding the old pin downloads this (whole files)
+    # What this cache downloads, planned as sync plans it (chunk-level where both revisions
+    # are on Xet): known where the command asked the Hub for the plan (`lock --dry-run`).
+    cache_bytes: int | None = None
     flags: list[tuple[str, str]] = field(default_factory=list)  # (kind, what), for review
 
     def as_json(self) -> dict[str, Any]:
@@ -46,6 +49,7 @@ class RepoReport:
                 "changed": [{"path": p, "old_size": a, "new_size": b}
                             for p, a, b in self.changed],
                 "fresh_bytes": self.fresh_bytes, "upgrade_bytes": self.upgrade_bytes,
+                "cache_bytes": self.cache_bytes,
                 "flags": [{"kind": k, "what": w} for k, w in self.flags]}
 
 
@@ -162,6 +166,12 @@ def _pin(lock: Lock, name: str) -> str:
     return f" (pinned at {revision[:7]})" if revision else ""
 
 
+def _here(r: RepoReport) -> str:
+    if r.cache_bytes is None or r.cache_bytes == r.upgrade_bytes:
+        return ""
+    return f" ({human_size(r.cache_bytes)} into this cache, as sync would plan it)"
+
+
 # Files listed per kind of change in text and markdown (JSON lists them all).
 SHOWN = 50
 
@@ -179,7 +189,7 @@ def render_text(reports: list[RepoReport]) -> str:
         lines.append(f"{r.id}  {r.requested}  {old} -> {(r.new or '')[:7]}: "
                      f"{len(r.added)} added, {len(r.removed)} removed, {len(r.changed)} "
                      f"changed; a fresh machine downloads {human_size(r.fresh_bytes)}, this "
-                     f"upgrade {human_size(r.upgrade_bytes)}")
+                     f"upgrade {human_size(r.upgrade_bytes)}{_here(r)}")
         lines += _capped([f"  + {path} ({human_size(size)})" for path, size in r.added])
         lines += _capped([f"  - {path} ({human_size(size)})" for path, size in r.removed])
         lines += _capped([f"  ~ {path} ({human_size(a)} -> {human_size(b)})"
@@ -199,7 +209,7 @@ def render_markdown(reports: list[RepoReport]) -> str:
             out += ["**For review:**", ""] + [f"- **{k}**: {w}" for k, w in r.flags] + [""]
         out += [f"{len(r.added)} added, {len(r.removed)} removed, {len(r.changed)} changed. "
                 f"A fresh machine downloads {human_size(r.fresh_bytes)}; an upgrade of a cache "
-                f"holding the old pin, {human_size(r.upgrade_bytes)}.", ""]
+                f"holding the old pin, {human_size(r.upgrade_bytes)}{_here(r)}.", ""]
         rows = _capped([f"| added | `{p}` | {human_size(s)} |" for p, s in r.added], "") + \
             _capped([f"| removed | `{p}` | {human_size(s)} |" for p, s in r.removed], "") + \
             _capped([f"| changed | `{p}` | {human_size(a)} → {human_size(b)} |"
