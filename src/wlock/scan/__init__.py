@@ -178,8 +178,8 @@ def _onnx(stream: BinaryIO | io.RawIOBase, path: str, limits: ScanLimits | None,
         why = escapes_folder(location)
         if why is not None:
             by_tensor.setdefault(tensor, set()).add(f"{location!r}: {why}")
-    return tuple(FormatScan("onnx-external-data", path, tensor, tuple(sorted(found)))
-                 for tensor, found in sorted(by_tensor.items()))
+    return tuple(FormatScan("onnx-external-data", path, tensor, tuple(sorted(findings)))
+                 for tensor, findings in sorted(by_tensor.items()))
 
 
 # The names Keras loads models from: Keras 3's archive, Keras 2's HDF5 (load_model and
