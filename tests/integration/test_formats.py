@@ -54,7 +54,8 @@ def publish(hub: Hub, folder: Path, stem: str, make: Callable[[Path], Path]) -> 
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_each_malicious_file_is_refused_at_add(hub: Hub, tmp_path: Path, name: str) -> None:
+def test_each_malicious_file_is_refused_at_add_and_lock(hub: Hub, tmp_path: Path, name: str
+                                                        ) -> None:
     repo_id, path = publish(hub, tmp_path / "m", name, CASES[name])
     project = write_project(tmp_path / "p", "")
     before = (project / "weights.toml").read_bytes()
@@ -66,6 +67,11 @@ def test_each_malicious_file_is_refused_at_add(hub: Hub, tmp_path: Path, name: s
     assert f"{repo_id}: {path}'s " in added.stderr and what in added.stderr, added.stderr
     assert f'`{setting} = "allow"`' in added.stderr  # the hint names the setting
     assert (project / "weights.toml").read_bytes() == before
+    # And at `lock`, for an entry already in weights.toml: refused, no lock written.
+    (project / "weights.toml").write_text(f'[[model]]\nid = "{repo_id}"\n')
+    locked = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert locked.code == 7 and f"{repo_id}: {path}'s " in locked.stderr, locked.stderr
+    assert not (project / "weights.lock").exists()
     assert not os.path.exists(f"/tmp/{MARKER}")
 
 
