@@ -32,6 +32,9 @@ FORBIDDEN = {
     # The archive tier is a source sync asks through a protocol, never an import.
     "wlock.cache.": ("wlock.lock.resolve", "wlock.lock.hub", "wlock.lock.manifest",
                      "wlock.cli", "wlock.archive"),
+    # Sync and the chunk-level upgrade it calls: the upgrade never reaches back into sync
+    # (what plans with both, the download estimate, is a module above them).
+    "wlock.cache.upgrade": ("wlock.cache.sync", "wlock.cache.estimate"),
     # The archive holds what a lock names; it does not resolve, and the command line
     # is above it.
     "wlock.archive.": ("wlock.lock.resolve", "wlock.lock.hub", "wlock.cli", "wlock.lint"),

@@ -13,7 +13,7 @@ from wlock.cli.output import emit, info, warn
 from wlock.units import count, human_size
 
 if TYPE_CHECKING:
-    from wlock.cache.upgrade import Estimate
+    from wlock.cache.estimate import Estimate
     from wlock.models import Lock
 
 
@@ -204,7 +204,7 @@ def _remote(lock: object, project: Path, jobs: int, timeout: float, settings: Se
 def _estimate(lock: object, settings: Settings, timeout: float) -> Estimate:
     """What `wlock sync` of the new lock would download into this cache: chunk-level
     upgrades planned from the reconstructions (wlock.cache.upgrade), nothing fetched."""
-    from wlock.cache.upgrade import estimate
+    from wlock.cache.estimate import estimate
     from wlock.cli.sync_cmd import _token
 
     return estimate(lock, settings.cache_dir, settings.endpoint, _token(settings), timeout)
