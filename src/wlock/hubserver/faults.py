@@ -11,7 +11,8 @@
      "bridge_limit": 400 * 10**9,            # the bridge answers 400 above this size
      "xet_token": {"origin": "cdn", "seconds": 3},  # the xet-auth link on another origin
                                              # (the CDN's), and read tokens that expire soon
-     "link": {"mb_per_s": 20, "delay_ms": 20, "reset_every": 0, "listener": "cdn"},
+     "link": {"mb_per_s": 20, "delay_ms": 20, "reset_every": 0, "listener": "cdn",
+              "burst_kb": 0, "ramp_ms": 0, "total_mb_per_s": 0},  # see Link
      "rules": [{"match": "/resolve/", "method": "GET", "listener": "hub", "times": 2,
                 "action": "status", "status": 429, "retry_after": 1}]}
 
@@ -80,26 +81,73 @@ class Rule:
 
 @dataclass
 class Link:
-    """A shaped link (off by default), as a CDN and a long path shape one: every response's
-    body is paced to `mb_per_s` (1 MB = 10^6 bytes; many connections together get many
-    times that, as from a CDN that shapes per connection), every request waits `delay_ms`
-    before it is answered (a round trip), and every `reset_every`-th body is cut mid-way
-    (a reset). `listener` limits it to "hub" or "cdn"."""
+    """A shaped link (off by default), as a CDN and a long path shape one. Each of its models
+    alone or together (1 MB = 10^6 bytes):
+
+    - per connection: every response's body paced to `mb_per_s` (many connections together
+      get many times that, as from a CDN that shapes each);
+    - burst then pace: the first `burst_kb` of each body unpaced, the rest at `mb_per_s`;
+    - slow start: each body's rate ramps from a tenth of `mb_per_s` to all of it over its
+      first `ramp_ms` (a new connection's congestion window growing);
+    - aggregate: all the listener's bodies in flight share `total_mb_per_s` (a host's cap:
+      more connections get no more);
+    - every request waits `delay_ms` before it is answered (a round trip), and every
+      `reset_every`-th body is cut mid-way (a reset). `listener`: "hub" or "cdn" only."""
 
     mb_per_s: float = 0.0
     delay_ms: float = 0.0
     reset_every: int = 0
     listener: str | None = None
+    burst_kb: float = 0.0
+    ramp_ms: float = 0.0
+    total_mb_per_s: float = 0.0
     _bodies: int = 0
+    _free_at: float = 0.0  # when the aggregate cap has sent what was asked of it
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Link:
-        unknown = set(raw) - {"mb_per_s", "delay_ms", "reset_every", "listener"}
+        unknown = set(raw) - {"mb_per_s", "delay_ms", "reset_every", "listener", "burst_kb",
+                              "ramp_ms", "total_mb_per_s"}
         if unknown:
             raise ValueError(f"unknown link settings {sorted(unknown)}")
         return cls(mb_per_s=float(raw.get("mb_per_s", 0)), delay_ms=float(
             raw.get("delay_ms", 0)), reset_every=int(raw.get("reset_every", 0)),
-            listener=raw.get("listener"))
+            listener=raw.get("listener"), burst_kb=float(raw.get("burst_kb", 0)),
+            ramp_ms=float(raw.get("ramp_ms", 0)),
+            total_mb_per_s=float(raw.get("total_mb_per_s", 0)))
+
+    def shaped(self) -> bool:
+        return bool(self.mb_per_s or self.total_mb_per_s)
+
+    def stream_wait(self, sent: int, elapsed: float) -> float:
+        """How long a body that has sent `sent` bytes in `elapsed` seconds waits before its
+        next piece, for its own connection's cap (burst, then the ramp's rate)."""
+        rate = self.mb_per_s * 1e6
+        paced = sent - self.burst_kb * 1000
+        if not rate or paced <= 0:
+            return 0.0
+        if self.ramp_ms:
+            # Under a linear ramp from rate/10 over T, the bytes sent by t are
+            # rate*(t/10 + 0.45 t^2/T) until T: the time that reaches `paced`, solved.
+            ramp = self.ramp_ms / 1000
+            in_ramp = rate * (0.1 * ramp + 0.45 * ramp)
+            if paced <= in_ramp:
+                a, b = 0.45 * rate / ramp, 0.1 * rate
+                due = (-b + math.sqrt(b * b + 4 * a * paced)) / (2 * a)
+            else:
+                due = ramp + (paced - in_ramp) / rate
+        else:
+            due = paced / rate
+        return max(0.0, due - elapsed)
+
+    def take(self, n: int, now: float) -> float:
+        """The aggregate cap's share: `n` bytes queued behind every other body's (the
+        caller holds the lock); how long the sender waits before sending them."""
+        if not self.total_mb_per_s:
+            return 0.0
+        start = max(now, self._free_at)
+        self._free_at = start + n / (self.total_mb_per_s * 1e6)
+        return start - now
 
     def applies(self, listener: str) -> bool:
         return self.listener in (None, listener)

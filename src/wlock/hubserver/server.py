@@ -508,7 +508,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self._logged is not None:
             self._logged["bytes"] = length
         link = self.server.app.faults.link
-        shaped = link.applies(self.server.name) and (link.mb_per_s or link.reset_every)
+        shaped = link.applies(self.server.name) and (link.shaped() or link.reset_every)
         with open(path, "rb") as f:
             if rule is None and not shaped and length <= SMALL_BODY:
                 self._end_headers_with(os.pread(f.fileno(), length, start))
@@ -605,23 +605,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
 
     def _send_shaped(self, f: Any, start: int, length: int, link: Any) -> None:
-        """The body paced to the link's rate, in pieces of PACE_S; or cut half-way when it
-        is the body the link resets."""
-        with self.server.app.faults._lock:
+        """The body paced by the link's models (faults.Link: per connection, burst then pace,
+        slow start, an aggregate shared by every body in flight), in pieces of PACE_S; or
+        cut half-way when it is the body the link resets."""
+        faults = self.server.app.faults
+        with faults._lock:
             cut = link.reset_now()
         end = start + (length // 2 if cut else length)
-        rate = link.mb_per_s * 1e6
+        rate = max(link.mb_per_s, link.total_mb_per_s) * 1e6
         piece = max(65536, int(rate * PACE_S)) if rate else 65536
         began, sent, offset = time.monotonic(), 0, start
         while offset < end:
             n = min(piece, end - offset)
+            with faults._lock:
+                queued = link.take(n, time.monotonic())
+            if queued > 0:
+                time.sleep(queued)
             self.connection.sendfile(f, offset, n)
             offset += n
             sent += n
-            if rate:
-                ahead = sent / rate - (time.monotonic() - began)
-                if ahead > 0:
-                    time.sleep(ahead)
+            wait = link.stream_wait(sent, time.monotonic() - began)
+            if wait > 0:
+                time.sleep(wait)
         if cut:
             self.close_connection = True
             with contextlib.suppress(OSError):
