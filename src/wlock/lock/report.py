@@ -172,6 +172,13 @@ def _here(r: RepoReport) -> str:
     return f" ({human_size(r.cache_bytes)} into this cache, as sync would plan it)"
 
 
+def _pin_line(r: RepoReport) -> str:
+    """The pin's line as `lock` prints it (models.LockChange.render)."""
+    if r.old is not None and r.old == r.new:
+        return f"{r.id}  {r.requested}  {r.old[:7]} (kept; files re-selected)"
+    return f"{r.id}  {r.requested}  {(r.old or '(new)')[:7]} -> {(r.new or '')[:7]}"
+
+
 # Files listed per kind of change in text and markdown (JSON lists them all).
 SHOWN = 50
 
@@ -185,8 +192,7 @@ def _capped(rows: list[str], indent: str = "  ") -> list[str]:
 def render_text(reports: list[RepoReport]) -> str:
     lines = []
     for r in reports:
-        old = r.old[:7] if r.old else "(new)"
-        lines.append(f"{r.id}  {r.requested}  {old} -> {(r.new or '')[:7]}: "
+        lines.append(f"{_pin_line(r)}: "
                      f"{len(r.added)} added, {len(r.removed)} removed, {len(r.changed)} "
                      f"changed; a fresh machine downloads {human_size(r.fresh_bytes)}, this "
                      f"upgrade {human_size(r.upgrade_bytes)}{_here(r)}")
@@ -204,7 +210,9 @@ def render_markdown(reports: list[RepoReport]) -> str:
     out = ["## Weights upgrade", ""]
     for r in reports:
         old = f"`{r.old[:7]}`" if r.old else "(new)"
-        out += [f"### `{r.id}` ({r.requested}): {old} → `{(r.new or '')[:7]}`", ""]
+        move = (f"`{r.old[:7]}` kept, files re-selected" if r.old and r.old == r.new
+                else f"{old} → `{(r.new or '')[:7]}`")
+        out += [f"### `{r.id}` ({r.requested}): {move}", ""]
         if r.flags:
             out += ["**For review:**", ""] + [f"- **{k}**: {w}" for k, w in r.flags] + [""]
         out += [f"{len(r.added)} added, {len(r.removed)} removed, {len(r.changed)} changed. "
