@@ -63,18 +63,8 @@ def _walk(src: Source, end: int, message: str, depth: int, found: list[tuple[str
     entry = {_ENTRY_KEY: "", _ENTRY_VALUE: ""}
     tensor_name = [""]
     while src.tell() < end:
-        src.budget.opcode()
-        tag = _varint(src)
-        field, wire = tag >> 3, tag & 7
-        if field == 0:
-            raise NotOnnx(f"a field numbered 0 at byte {src.tell()}")
-        if wire == 0:
-            _varint(src)
-        elif wire == 1:
-            src.skip(8)
-        elif wire == 5:
-            src.skip(4)
-        elif wire == 2:
+        field, wire = _tag(src)
+        if wire == 2:
             length = _varint(src)
             body_end = src.tell() + length
             if body_end > end:
@@ -92,42 +82,51 @@ def _walk(src: Source, end: int, message: str, depth: int, found: list[tuple[str
                     tensor_name[0] = text
             else:
                 src.skip(length)
-        elif wire == 3:  # a group: no ONNX field is one, but protobuf skips it as unknown
-            _skip_group(src, end, field, depth + 1)
-        else:
-            raise NotOnnx(f"wire type {wire} at byte {src.tell()}")
+        else:  # a number, or a group: no ONNX field is one, but protobuf skips it as unknown
+            _skip(src, wire, end, field, depth)
     if src.tell() != end:
         raise NotOnnx("a field runs past its message's end")
     if message == "entry" and entry[_ENTRY_KEY] == "location":
         found.append((name[0], entry[_ENTRY_VALUE]))
 
 
+def _tag(src: Source) -> tuple[int, int]:
+    """The next field's number and wire type."""
+    src.budget.opcode()
+    tag = _varint(src)
+    if tag >> 3 == 0:
+        raise NotOnnx(f"a field numbered 0 at byte {src.tell()}")
+    return tag >> 3, tag & 7
+
+
+def _skip(src: Source, wire: int, end: int, field: int, depth: int) -> None:
+    """Past a field's value of any wire type but the end of a group, as protobuf skips an
+    unknown field: a varint, 8 or 4 bytes, a length-prefixed body, a whole group."""
+    if wire == 0:
+        _varint(src)
+    elif wire == 1:
+        src.skip(8)
+    elif wire == 5:
+        src.skip(4)
+    elif wire == 2:
+        src.skip(_varint(src))
+    elif wire == 3:
+        _skip_group(src, end, field, depth + 1)
+    else:
+        raise NotOnnx(f"wire type {wire} at byte {src.tell()}")
+
+
 def _skip_group(src: Source, end: int, number: int, depth: int) -> None:
-    """Past the end-group tag that closes group `number`, as protobuf skips one."""
+    """Past the end-group tag that closes group `number`."""
     if depth > MAX_DEPTH:
         raise Unjudged(f"groups nested deeper than {MAX_DEPTH}")
     while src.tell() < end:
-        src.budget.opcode()
-        tag = _varint(src)
-        field, wire = tag >> 3, tag & 7
-        if field == 0:
-            raise NotOnnx(f"a field numbered 0 at byte {src.tell()}")
+        field, wire = _tag(src)
         if wire == 4:
             if field != number:
                 raise NotOnnx(f"a group closed by another's end at byte {src.tell()}")
             return
-        if wire == 0:
-            _varint(src)
-        elif wire == 1:
-            src.skip(8)
-        elif wire == 5:
-            src.skip(4)
-        elif wire == 2:
-            src.skip(_varint(src))
-        elif wire == 3:
-            _skip_group(src, end, field, depth + 1)
-        else:
-            raise NotOnnx(f"wire type {wire} at byte {src.tell()}")
+        _skip(src, wire, end, field, depth)
     raise NotOnnx("a group that is never closed")
 
 
