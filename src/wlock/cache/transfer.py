@@ -297,55 +297,31 @@ class SmallGate:
                     self._cond.notify(free)
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
-    """Where the whole transfer stood when a file started (Streams.begin): the bytes every
-    large file had moved, the connection-seconds spent, the explorations started, and
-    whether one was in flight."""
-
-    at: float
-    moved: int
-    spent: float
-    explorations: int
-    exploring: bool
-
-
 class Streams:
-    """Connections per large file, revisited each time one starts (issues 39 and 51).
+    """Connections per large file, revisited each time one starts (issue 39).
 
     hf_transfer takes a file's connection count when the file starts, so a sync follows the
     link file by file: the level (the probe's choice, or today's default) is what a file
-    gets, and one file at a time tries twice as many (`explore`). What is measured is the
-    transfer the user pays for, not the file: over each file's life, the bytes every large
-    file moved per second (T) and the connections in flight on average (C). When a file
-    that tried more ends, its window is set against the last window of the level that no
-    exploration touched: if C grew and T grew with it (T's gain at least FOLLOW of C's),
-    streams still help and the level moves up; if T did not follow, the link is capped as a
-    whole (a host's aggregate, the CPU: one file with more connections only takes from the
-    others) and nothing above is tried for PAUSE files; if C did not grow (the file ran
-    alone), the trial says nothing. A 429 or 5xx on a large file halves the level and
-    forgets what was learnt above it. Never past the ceiling shared by the files in flight
-    (`ceiling // files`), nor past one connection per range of the file (more would wait),
-    nor, with --connections, anything but the user's share. hf_xet grows its streams within
-    files by the same measure (throughput growing with them); aria2 and rclone keep a fixed
-    count per file.
+    gets, and one file at a time tries twice as many (`explore`). When it ends, its rate
+    (its bytes over its time in hf_transfer) is set against the level's: GROW times it or
+    more, streams still help and the level moves up; less, the level stays and nothing
+    above it is tried for PAUSE files (then again: links change). A 429 or 5xx on a large
+    file halves the level and forgets what was learnt above it. Never past the ceiling
+    shared by the files in flight (`ceiling // files`), nor past one connection per range of
+    the file (more would wait), nor, with --connections, anything but the user's share.
+    hf_xet grows its streams within files, by the same measure (throughput growing with
+    them); aria2 and rclone keep a fixed count per file.
     """
 
-    FOLLOW = 0.8  # T's gain, at least this fraction of C's: streams scale
+    GROW = 1.3
     PAUSE = 4
 
     def __init__(self, level: int, ceiling: int, fixed: bool) -> None:
         self.level, self.ceiling, self.fixed = level, ceiling, fixed
-        # connections -> (T, C) of the latest window at that many, measured clean
-        self.rates: dict[int, tuple[float, float]] = {}
+        self.rates: dict[int, float] = {}  # connections -> the latest file's bytes/s
         self.exploring = 0  # a file trying more is in flight
         self.paused = 0  # files to go before trying more again
         self._lock = threading.Lock()
-        self._moved = 0  # bytes every large file has moved
-        self._spent = 0.0  # connection-seconds, up to _t
-        self._in_flight = 0  # connections of the large files in flight
-        self._t = time.monotonic()
-        self._explorations = 0
 
     def set_level(self, level: int) -> None:
         with self._lock:
@@ -363,69 +339,25 @@ class Streams:
                        and up > level and self.level in self.rates and up not in self.rates)
             if explore:
                 self.exploring += 1
-                self._explorations += 1
                 level = up
             return level, explore
 
-    def _advance(self, now: float) -> None:
-        self._spent += self._in_flight * (now - self._t)
-        self._t = now
-
-    def begin(self, connections: int) -> Window:
-        """A file starts with `connections`: where the transfer stands (its window's start)."""
-        with self._lock:
-            now = time.monotonic()
-            self._advance(now)
-            mark = Window(now, self._moved, self._spent, self._explorations,
-                          self.exploring > 0)
-            self._in_flight += connections
-            return mark
-
-    def add(self, n: int) -> None:
-        """Bytes a large file moved (its progress as it lands, in any order of files)."""
-        with self._lock:
-            self._moved += n
-
-    def end(self, connections: int, since: Window) -> tuple[tuple[float, float] | None, bool]:
-        """The file ended: its window's (T, C) (None: too short to say), and whether no
-        exploration touched it."""
-        with self._lock:
-            now = time.monotonic()
-            self._advance(now)
-            self._in_flight -= connections
-            seconds = now - since.at
-            clean = not since.exploring and since.explorations == self._explorations
-            if seconds <= 0:
-                return None, clean
-            return ((self._moved - since.moved) / seconds,
-                    (self._spent - since.spent) / seconds), clean
-
-    def finished(self, connections: int, measured: tuple[float, float] | None, *,
-                 explored: bool, clean: bool = True) -> None:
-        """A file of `connections` ended; `measured`: its window's (T, C), None when it
-        failed."""
+    def finished(self, connections: int, size: int, seconds: float, *,
+                 explored: bool) -> None:
         with self._lock:
             if explored:
                 self.exploring -= 1
-            if self.fixed or measured is None or measured[0] <= 0:
+            if self.fixed or seconds <= 0:
                 return
+            self.rates[connections] = size / seconds
             self.paused = max(0, self.paused - 1)
-            if connections <= self.level:
-                if clean:
-                    self.rates[connections] = measured
-                return
-            if self.level not in self.rates:
-                return
-            (t_up, c_up), (t_at, c_at) = measured, self.rates[self.level]
-            if c_up <= 1.1 * c_at or t_at <= 0:
-                return  # no more connections in flight than the level's: it says nothing
-            if t_up / t_at >= self.FOLLOW * (c_up / c_at):
-                self.level = connections  # the transfer grew with its streams: go on
-                self.rates[connections] = measured
-            else:
-                self.paused = self.PAUSE  # capped as a whole: stay, look again later
-                for above in [c for c in self.rates if c > self.level]:
-                    del self.rates[above]
+            if connections > self.level and self.level in self.rates:
+                if self.rates[connections] >= self.GROW * self.rates[self.level]:
+                    self.level = connections  # streams still help: go on from there
+                else:
+                    self.paused = self.PAUSE  # a plateau: stay, look again later
+                    for above in [c for c in self.rates if c > self.level]:
+                        del self.rates[above]
 
     def refused(self) -> None:
         """The server answered a large file's request with 429 or 5xx: it asks for less."""
@@ -808,21 +740,11 @@ class Transfer:
         # A file that failed is tried again with half the connections: on a flaky link
         # fewer ranges fail at once, and each has more tries left.
         connections = max(1, chosen >> (attempt - 1))
-        window = self.streams.begin(connections)
-        ended = False
-
-        def end(ok: bool) -> None:
-            nonlocal ended
-            if not ended:
-                ended = True
-                measured, clean = self.streams.end(connections, window)
-                self.streams.finished(connections, measured if ok else None,
-                                      explored=explored, clean=clean)
-
+        started = time.monotonic()
         try:
             done = self._fetch_large(job, url, connections)
         except _Retryable as e:
-            end(False)
+            self.streams.finished(connections, 0, 0.0, explored=explored)
             if e.reason == "no-ranges":
                 # Read it whole, once, in one GET (as lock's range reads do there), hashed
                 # as it arrives: the small-file path, which needs no ranges.
@@ -846,12 +768,13 @@ class Transfer:
             self._to_xet[job.label] = why
             return self._fetch_xet(job, xet, why)
         except BaseException:
-            end(False)
+            self.streams.finished(connections, 0, 0.0, explored=explored)
             raise
         finally:
             with self._clients_lock:
                 self._large_in_flight -= 1
-        end(True)
+        self.streams.finished(connections, job.size, time.monotonic() - started,
+                              explored=explored)
         self.engines[job.label] = (HF_TRANSFER, "")
         self.connections_of[job.label] = connections
         return done
@@ -1113,7 +1036,6 @@ class Transfer:
         if digest != job.etag:  # not followed, or a filesystem without holes: read it all
             digest = hash_file(job.temp, job.hash_kind)
         self._on_bytes(job, job.size - last)
-        self.streams.add(job.size - last)
         return digest, int(outcome["size"])
 
     def _report_progress(self, job: FetchJob, last: int) -> int:
@@ -1125,7 +1047,6 @@ class Transfer:
             return last
         if done > last:
             self._on_bytes(job, done - last)
-            self.streams.add(done - last)
             return done
         return last
 
