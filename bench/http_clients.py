@@ -8,8 +8,9 @@ and reads every body. CPU is this process's user + system time (the emulator run
 process of its own), per request; wall time is printed beside it. The candidates:
 
 (wlock's own HTTP/1.1 reader, retired by issue 38, measured 0.139 ms in the same run as the
-others below: src/wlock/cache/curl.py keeps the table.)
-- `wlock`: wlock.cache.curl, the client a sync uses (pycurl easy handles, with its callbacks);
+others below: src/wlock/cache/engines/curl.py keeps the table.)
+- `wlock`: wlock.cache.engines.curl, the client a sync uses (pycurl easy handles, its
+  callbacks);
 - `http.client`: the standard library, a connection per thread;
 - `urllib3`: urllib3 2.x, one PoolManager shared by the threads;
 - `pycurl-easy`: libcurl through pycurl, one easy handle (and its connection cache) per
@@ -60,8 +61,8 @@ def threaded(make: Callable[[], Callable[[str], bytes]], urls: list[str], n: int
 
 
 def run_wlock(urls: list[str], n: int) -> int:
-    """wlock.cache.curl as a sync uses it: pycurl easy handles, its callbacks and checks."""
-    from wlock.cache.curl import Curl
+    """wlock.cache.engines.curl as a sync uses it: pycurl easy handles, its callbacks and checks."""
+    from wlock.cache.engines.curl import Curl
 
     curl = Curl(connect_timeout=10, read_timeout=30, user_agent="bench")
 

@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 from _common import WLOCK, compile_wlock, machine, shards_repo
 
-from wlock.cache.transfer import LARGE_FILE
+from wlock.cache.engines import LARGE_FILE
 from wlock.hubserver.process import HubProcess
 from wlock.lock.lockfile import read_lock
 
@@ -68,7 +68,7 @@ def workers_alive(pids: set[int]) -> bool:
 
 
 def child_workers(pid: int) -> set[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid), "-f", "wlock.cache.transfer_worker"],
+    out = subprocess.run(["pgrep", "-P", str(pid), "-f", "wlock.cache.engines.hf_transfer_worker"],
                          capture_output=True, text=True).stdout.split()
     return {int(p) for p in out}
 

@@ -55,7 +55,7 @@ from _common import (
     timed,
 )
 
-from wlock.cache.transfer_worker import CHUNK
+from wlock.cache.engines.hf_transfer_worker import CHUNK
 from wlock.hubserver.process import HubProcess
 
 SETTLE = 3.0

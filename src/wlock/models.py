@@ -415,10 +415,10 @@ class SyncResult:
     # Files (and bytes) another sync, on this node or another, published while this one
     # waited for them: in no other count, so the report still adds up to the lock.
     by_others: tuple[int, int] = (0, 0)
-    # What the link probe measured and chose (wlock.cache.transfer.LinkTuning), when large
+    # What the link probe measured and chose (wlock.cache.engines.link.LinkTuning), when large
     # files came from the Hub.
     link: Any = None
-    # Small files' concurrency (wlock.cache.transfer.SmallGate), when any came from the Hub.
+    # Small files' concurrency (wlock.cache.engines.small.SmallGate), when any came from the Hub.
     small: Any = None
     # Chunk-level upgrades (wlock.cache.upgrade): files, copied_bytes, fetched_bytes (from
     # the Hub, in no other count), and downloaded_whole: a line per file tried and then
@@ -427,7 +427,7 @@ class SyncResult:
     # Each large file the Hub served: "repo/path" -> (engine, why it when not the default).
     engines: dict[str, tuple[str, str]] = field(default_factory=dict)
     # Each file through hf_transfer: the connections it got (chosen as files finish:
-    # wlock.cache.transfer.Streams).
+    # wlock.cache.engines.link.Streams).
     connections: dict[str, int] = field(default_factory=dict)
 
 

@@ -48,7 +48,8 @@ class RateLimit:
 
 
 class HeaderFields(Protocol):
-    """An answer's header fields looked up by name in any case (httpx's, wlock.cache.curl's)."""
+    """An answer's header fields looked up by name in any case (httpx's, or
+    wlock.cache.engines.curl's)."""
 
     def get(self, key: str, /) -> str | None: ...
 

@@ -152,7 +152,7 @@ def test_progress_on_a_terminal_shows_only_transfers_in_flight(
     """Five large files, --jobs 2: the terminal shows the total and at most two file bars at
     any moment (queued files get none), each file's bar once it starts, and then a summary
     that counts each file once."""
-    from wlock.cache.transfer import LARGE_FILE
+    from wlock.cache.engines import LARGE_FILE
 
     repo_id = hub.unique_id("bars")
     files = {f"shard-{i}.bin": random_weights(LARGE_FILE + 1_000_000) for i in range(5)}

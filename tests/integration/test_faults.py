@@ -17,7 +17,8 @@ import pytest
 
 from tests.conftest import Hub, fill_disk, run_wlock, tmpfs, write_project
 from tests.integration.test_promises import fetch_job
-from wlock.cache.transfer import LARGE_FILE, FetchJob, Transfer
+from wlock.cache.engines import LARGE_FILE, FetchJob
+from wlock.cache.transfer import Transfer
 from wlock.errors import HubError
 from wlock.lock.lockfile import read_lock
 
@@ -246,7 +247,7 @@ def test_a_file_that_stalls_only_on_its_last_attempt_is_not_said_to_have_stalled
 ) -> None:
     """The error counts the stalls it saw: 503s on every attempt but the last, which
     stalls, end in one stall, not the "twice" of a file that stalled twice."""
-    from wlock.cache.transfer import MAX_ATTEMPTS
+    from wlock.cache.engines import MAX_ATTEMPTS
 
     hub.process.faults({"action": "status", "status": 503, "listener": "hub",
                         "match": "tokenizer.json", "times": MAX_ATTEMPTS - 1},
@@ -407,7 +408,7 @@ def test_download_workers_live_as_long_as_the_sync(hub: Hub, tmp_path: Path, sha
             thread.start()
             thread.join()
         assert failures == []
-        assert transfer._workers.spawned == 1
+        assert transfer.hf_transfer.workers.spawned == 1
 
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Hub, run_wlock, write_project
-from wlock.cache.curl import Curl, WireError
+from wlock.cache.engines.curl import Curl, WireError
 from wlock.lock.lockfile import read_lock
 
 

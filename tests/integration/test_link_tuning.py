@@ -14,15 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Hub, random_weights, run_wlock, write_project
-from wlock.cache.transfer import (
-    SMALL_CEILING,
-    FetchJob,
-    SmallGate,
-    Transfer,
-    capped,
-    connection_ceiling,
-    small_ceiling,
-)
+from wlock.cache.engines import FetchJob
+from wlock.cache.engines.link import capped, connection_ceiling
+from wlock.cache.engines.small import SMALL_CEILING, SmallGate, small_ceiling
+from wlock.cache.transfer import Transfer
 
 SIZE = 12 * 2**20
 # A link that caps each stream, slow enough that a probe's range takes a sixth of a second:
@@ -43,7 +38,7 @@ def tune(hub: Hub, repo_id: str, tmp_path: Path, files: int = 4, connections: in
     job = FetchJob(kind="model", repo_id=repo_id, revision="main", path="model.safetensors",
                    size=SIZE, etag="0" * 64, hash_kind="sha256", temp=tmp_path / "t")
     with Transfer(hub.endpoint, None, jobs=files, connections=connections) as transfer:
-        return transfer.tune(job, files)
+        return transfer.link.tune(job, files)
 
 
 def test_a_link_that_caps_each_stream_gets_the_ceiling(
@@ -63,7 +58,7 @@ def test_the_four_streams_are_sent_while_the_one_arrives(
     """The probe's second round goes out a round trip before the first body is due to end
     (their bodies meet, the probe waits a round trip less), and the verdict holds: the one
     stream is counted only while it was alone."""
-    from wlock.cache.transfer import PROBE
+    from wlock.cache.engines.link import PROBE
 
     # 1 MB/s: a body of half a second, so that a reader starved of CPU for a while (CI's
     # load) still sees most of it arrive after its answer's round trip of 500 ms.
@@ -86,7 +81,7 @@ def test_the_four_streams_are_sent_while_the_one_arrives(
 def test_the_one_stream_is_counted_while_alone() -> None:
     """Where the four's bodies begin before the one's ends, the one's rate is its bytes
     before their first byte (not a rate shared with them); under half of it alone, none."""
-    from wlock.cache.transfer import alone_rate
+    from wlock.cache.engines.link import alone_rate
 
     one = [(t / 10, (t + 1) * 100) for t in range(10)]  # 1,000 bytes in 0.9 s
     late = [[(1.5, 100)], [(2.0, 100)]]
@@ -168,8 +163,8 @@ def test_the_syncs_of_one_cache_probe_once(hub: Hub, big: str, tmp_path: Path) -
     import subprocess
     import sys
 
-    from wlock.cache import link_record
-    from wlock.cache.transfer import PROBE
+    from wlock.cache.engines import link_record
+    from wlock.cache.engines.link import PROBE
 
     project = write_project(tmp_path / "p", f'[[model]]\nid = "{big}"\n')
     assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
@@ -234,7 +229,7 @@ def test_the_ceiling_is_the_machines_not_a_constant(hub: Hub, big: str, tmp_path
     import subprocess
     import sys
 
-    from wlock.cache.transfer import PER_CORE
+    from wlock.cache.engines.link import PER_CORE
 
     project = write_project(tmp_path / "p", f'[[model]]\nid = "{big}"\n')
     assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
@@ -272,7 +267,7 @@ def test_with_connections_every_file_gets_the_users_share(hub: Hub, tmp_path: Pa
 def test_the_streams_rule() -> None:
     """Streams, file by file: one file tries twice the level once the level has a rate; a
     gain of GROW moves the level, less pauses the trying; a refusal halves it."""
-    from wlock.cache.transfer import Streams
+    from wlock.cache.engines.link import Streams
 
     mib = 2**20
     streams = Streams(4, 64, fixed=False)

@@ -23,8 +23,10 @@ from tests.integration.test_sync import (
     synced_tiny_bert,
 )
 from wlock.atomic import HOST, MACHINE
-from wlock.cache.layout import LEASE, RepoPaths, clean_stale_temps
-from wlock.cache.transfer import FetchJob, Transfer
+from wlock.cache.engines import FetchJob
+from wlock.cache.layout import RepoPaths, clean_stale_temps
+from wlock.cache.leases import LEASE
+from wlock.cache.transfer import Transfer
 from wlock.errors import ExitCode, HubError, WlockError
 from wlock.lock.hub import HubClient
 from wlock.lock.lockfile import read_lock
@@ -128,7 +130,7 @@ def test_download_workers_leave_on_their_own_when_a_transfer_ends(
     repo, f = locked_shard(hub, tmp_path)
     with Transfer(hub.endpoint, None, jobs=2) as transfer:
         transfer.fetch(fetch_job(repo, f, tmp_path / "model.tmp"))
-        workers = list(transfer._workers._all)
+        workers = list(transfer.hf_transfer.workers._all)
     assert workers and [w.returncode for w in workers] == [0] * len(workers)
 
 
@@ -141,7 +143,7 @@ def test_an_abort_during_a_large_files_first_request_ends_it_at_once(
     no worker process is started."""
     import threading
 
-    from wlock.cache.transfer import Aborted
+    from wlock.cache.engines import Aborted
 
     repo, f = locked_shard(hub, tmp_path)
     hub.process.faults({"action": "delay", "method": "HEAD", "delay_ms": 1500, "times": 1})
@@ -164,7 +166,7 @@ def test_an_abort_during_a_large_files_first_request_ends_it_at_once(
         running.join(6)  # the HEAD's 1.5 s, then at once; a wait for a worker takes 10 s
         assert not running.is_alive(), "the aborted download waited for a worker"
         assert [type(e) for e in raised] == [Aborted]
-        assert transfer._workers.spawned == 0
+        assert transfer.hf_transfer.workers.spawned == 0
     assert not (tmp_path / "model.tmp").exists()
 
 
@@ -185,7 +187,8 @@ def test_a_terminals_ctrl_c_reaches_the_sync_not_its_download_workers(
     script = f"""
 import os, signal, time
 from pathlib import Path
-from wlock.cache.transfer import FetchJob, Transfer
+from wlock.cache.engines import FetchJob
+from wlock.cache.transfer import Transfer
 from wlock.lock.lockfile import read_lock
 repo = read_lock(Path({str(project / "weights.lock")!r})).repos[0]
 f = next(f for f in repo.files if f.size == {BIG})
@@ -195,13 +198,13 @@ def job(name):
                     temp=Path({str(tmp_path)!r}) / name)
 with Transfer({hub.endpoint!r}, None, jobs=1) as transfer:
     transfer.fetch(job("first.tmp"))
-    [worker] = transfer._workers._all
+    [worker] = transfer.hf_transfer.workers._all
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.killpg(os.getpgrp(), signal.SIGINT)
     time.sleep(1)  # a worker that got it would be gone by now
     print("worker", worker.poll())
     transfer.fetch(job("second.tmp"))
-    print("spawned", transfer._workers.spawned)
+    print("spawned", transfer.hf_transfer.workers.spawned)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120, start_new_session=True)
@@ -220,7 +223,7 @@ def test_a_download_worker_that_died_idle_is_replaced(hub: Hub, tmp_path: Path) 
 
     with Transfer(hub.endpoint, None, jobs=1) as transfer:
         transfer.fetch(fetch_job(repo, f, tmp_path / "first.tmp"))
-        [worker] = transfer._workers._all
+        [worker] = transfer.hf_transfer.workers._all
         worker.kill()
         worker.wait()
         second = threading.Thread(
@@ -229,7 +232,7 @@ def test_a_download_worker_that_died_idle_is_replaced(hub: Hub, tmp_path: Path) 
         second.start()
         second.join(60)
         assert not second.is_alive(), "the download waited for a dead worker"
-        assert transfer._workers.spawned == 2
+        assert transfer.hf_transfer.workers.spawned == 2
     assert (tmp_path / "second.tmp").stat().st_size == f.size
 
 
@@ -244,7 +247,7 @@ def test_a_download_worker_that_does_not_leave_when_the_transfer_ends_is_killed(
     repo, f = locked_shard(hub, tmp_path)
     with Transfer(hub.endpoint, None, jobs=1) as transfer:
         transfer.fetch(fetch_job(repo, f, tmp_path / "model.tmp"))
-        [worker] = transfer._workers._all
+        [worker] = transfer.hf_transfer.workers._all
         os.kill(worker.pid, signal.SIGSTOP)
     assert worker.poll() == -signal.SIGKILL
 
@@ -288,7 +291,7 @@ def test_once_the_endpoint_is_unreachable_the_next_files_fail_at_once(
     fails at once naming that cause, with no attempt and no wait of its own."""
     import socket
 
-    from wlock.cache.transfer import MAX_ATTEMPTS
+    from wlock.cache.engines import MAX_ATTEMPTS
 
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
     lock(hub, project)
@@ -984,7 +987,7 @@ def test_the_token_goes_to_the_endpoints_origin_only() -> None:
     (a signed URL needs none, and a token there leaks)."""
     with Transfer("https://hub.example.org", "hf_secret", jobs=1) as transfer:
         def sent(url: str) -> bool:
-            return "Authorization" in transfer._headers_for(url)
+            return "Authorization" in transfer.route.headers_for(url)
 
         assert sent("https://hub.example.org/api/x") and sent("https://HUB.example.org:443/x")
         for other in ("https://cdn.example.org/x", "http://hub.example.org/x",
@@ -992,5 +995,5 @@ def test_the_token_goes_to_the_endpoints_origin_only() -> None:
             assert not sent(other), other
     # Over http the default port is 80: written out or not, the same origin.
     with Transfer("http://127.0.0.1", "hf_secret", jobs=1) as transfer:
-        assert "Authorization" in transfer._headers_for("http://127.0.0.1:80/api/x")
-        assert "Authorization" not in transfer._headers_for("http://127.0.0.1:81/api/x")
+        assert "Authorization" in transfer.route.headers_for("http://127.0.0.1:80/api/x")
+        assert "Authorization" not in transfer.route.headers_for("http://127.0.0.1:81/api/x")

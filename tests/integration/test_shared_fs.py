@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import Hub, default_signals, run_wlock, write_project
 from tests.juicefs import Unavailable, two_node_volume
-from wlock.cache.transfer import LARGE_FILE
+from wlock.cache.engines import LARGE_FILE
 from wlock.lock.lockfile import read_lock
 from wlock.models import LockedRepo
 

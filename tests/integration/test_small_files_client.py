@@ -1,4 +1,4 @@
-"""Small files go through libcurl (wlock.cache.curl): what it must keep of what httpx2 gave
+"""Small files go through libcurl (wlock.cache.engines.curl): what it must keep of what httpx2 gave
 them. A user's proxy is used (as the environment says, urllib's reading of it); connections
 are kept alive; a keep-alive connection the server closed while idle costs nothing but a
 reconnect; a body cut short is an error, not a short file."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Hub, run_wlock, write_project
-from wlock.cache.curl import Answer, Curl, WireError
+from wlock.cache.engines.curl import Answer, Curl, WireError
 from wlock.lock.lockfile import read_lock
 
 

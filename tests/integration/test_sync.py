@@ -30,8 +30,9 @@ from tests.conftest import (
     write_project,
 )
 from tests.integration.test_shared_fs import downloads_per_file
+from wlock.cache.engines import MAX_ATTEMPTS
+from wlock.cache.engines.small import SMALL_CEILING
 from wlock.cache.layout import RepoPaths, blob_lock_path
-from wlock.cache.transfer import MAX_ATTEMPTS, SMALL_CEILING
 from wlock.hashing import hash_file
 from wlock.lock.lockfile import read_lock
 from wlock.models import LockedRepo
@@ -621,7 +622,7 @@ def test_a_sync_killed_mid_transfer_is_completed_by_the_next(
     cache = tmp_path / "cache"
     # Each range takes 3 s: a worker that outlived its sync would still be downloading.
     proc = slow_sync_writing_a_shard(hub, project, cache, delay_ms=3000)
-    workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "wlock.cache.transfer_worker"],
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "wlock.cache.engines.hf_transfer_worker"],
                              capture_output=True, text=True).stdout.split()
     assert workers, "the large file goes through a transfer worker"
     os.killpg(proc.pid, signal.SIGKILL)  # the sync; the kernel then kills its workers

@@ -1,4 +1,4 @@
-"""hf_xet as an engine (wlock.cache.xet_engine), the real hf_xet against the emulator's CAS:
+"""hf_xet as an engine (wlock.cache.engines.xet), the real hf_xet against the emulator's CAS:
 a file the bridge refuses syncs through Xet, `--engine` chooses, and the sync's guarantees
 hold on the Xet path as on hf_transfer's (wrong bytes refused and named, kill -9 leaves
 nothing unverified, concurrent syncs fetch each blob once)."""

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from wlock.cache.layout import _Leases, publish_blob
+from wlock.cache.layout import publish_blob
+from wlock.cache.leases import Leases
 
 
 @pytest.mark.parametrize("links", ["hard links", "no hard links"])
@@ -141,7 +142,7 @@ def test_leases_renew_what_they_hold_and_forget_it_after(tmp_path: Path) -> None
     alive; once released (nested holds too) it is forgotten, not renewed forever. Two
     mutations survived the suite here once: the renewer never started, and a count that
     never reached zero."""
-    leases = _Leases(period=0.05)
+    leases = Leases(period=0.05)
     temp = tmp_path / ".blob.wlock-incomplete"
     temp.write_bytes(b"x")
     old = time.time() - 1000
@@ -167,17 +168,17 @@ def test_a_held_temp_file_is_renewed_well_within_its_lease(
     shared filesystem's metadata server for nothing. The renewal's own mtime says when it
     came, whatever the load on this machine. (Two leases, so that a renewal every
     LEASE // 4 or LEASE % 4 seconds, 0 for one of them, fails as well.)"""
-    import wlock.cache.layout as layout
+    import wlock.cache.leases as leases_module
 
-    monkeypatch.setattr(layout, "LEASE", lease)
-    leases = _Leases()
+    monkeypatch.setattr(leases_module, "LEASE", lease)
+    leases = Leases()
     temp = tmp_path / ".blob.wlock-incomplete"
     temp.write_bytes(b"x")
     os.utime(temp, (0, 0))
     held, wall = time.monotonic(), time.time()
     with leases.hold(temp):
         while temp.stat().st_mtime == 0:
-            assert time.monotonic() - held < layout.LEASE, "not renewed within its lease"
+            assert time.monotonic() - held < leases_module.LEASE, "not renewed within its lease"
             time.sleep(0.02)
     renewed_after = temp.stat().st_mtime - wall
     assert lease / 4 - 0.05 <= renewed_after < lease / 2, "not renewed every LEASE / 4"
@@ -195,7 +196,7 @@ def test_a_filesystem_without_flock_is_probed_as_such(
     reopens files, so the one call acts as on such a mount."""
     import fcntl
 
-    from wlock.cache.layout import _probe_flock
+    from wlock.cache.leases import _probe_flock
 
     def no_flock(fd: int, operation: int) -> None:
         if kind == "fails":
@@ -220,7 +221,7 @@ def test_the_flock_probe_works_for_a_user_who_is_not_root() -> None:
     """The probe opens its file twice, for writing (an exclusive lock on NFS needs it):
     the file it creates must be writable by its owner. Root writes any file, so the probe
     runs as `nobody` (effective uid only, and back to root after), in a folder of its own."""
-    from wlock.cache.layout import _probe_flock
+    from wlock.cache.leases import _probe_flock
 
     if os.geteuid() != 0:
         pytest.skip("needs root, to act as another user")
@@ -264,13 +265,13 @@ def test_a_download_worker_that_cannot_be_started_is_an_error_not_a_hang(
     import subprocess
     import threading
 
-    from wlock.cache.transfer import _WorkerPool
+    from wlock.cache.engines.hf_transfer import WorkerPool
 
     def no_process(*args: object, **kwargs: object) -> None:
         raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
 
     monkeypatch.setattr(subprocess, "Popen", no_process)
-    pool = _WorkerPool(1)
+    pool = WorkerPool(1)
     raised: list[BaseException] = []
 
     def checkout() -> None:
@@ -294,7 +295,7 @@ def test_a_process_of_another_user_is_alive() -> None:
     root kept as the saved one to come back), about a process of root's."""
     import subprocess
 
-    from wlock.cache.layout import _alive
+    from wlock.cache.leases import alive
 
     if os.geteuid() != 0:
         pytest.skip("needs root, to act as another user")
@@ -302,14 +303,14 @@ def test_a_process_of_another_user_is_alive() -> None:
     try:
         os.setresuid(65534, 65534, 0)
         try:
-            alive = _alive(sleeper.pid)
+            seen = alive(sleeper.pid)
         finally:
             os.setresuid(0, 0, 0)
-        assert alive is True
+        assert seen is True
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert _alive(sleeper.pid) is False  # reaped: gone
+    assert alive(sleeper.pid) is False  # reaped: gone
 
 
 @pytest.mark.parametrize(("count", "shown"), [

@@ -15,7 +15,7 @@ from typing import Any
 
 from wlock.cache.layout import RepoPaths
 from wlock.cache.sync import plan_sync
-from wlock.cache.upgrade import UPGRADE_FROM, NotUpgraded, Upgrader, predecessor
+from wlock.cache.upgrade import UPGRADE_FROM, NotUpgraded, predecessor
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,13 +35,15 @@ def estimate(lock: Any, cache_dir: Path, endpoint: str, token: str | None,
     """Plan each missing file as the sync would: a chunk-level upgrade where the cache holds
     the path at another revision and both are on Xet (the reconstructions are read, nothing
     is fetched), else the whole file."""
-    from wlock.cache.transfer import FetchJob, Transfer
+    from wlock.cache.engines import FetchJob
+    from wlock.cache.engines.chunks import Upgrader
+    from wlock.cache.transfer import Transfer
 
     plan = plan_sync(lock, cache_dir)
     files = size = download = upgraded = 0
     by_repo: dict[tuple[str, str], int] = {}
     with Transfer(endpoint, token, jobs=1, timeout=timeout) as transfer:
-        upgrader = Upgrader(transfer, lambda job, n: None)
+        upgrader = Upgrader(transfer.route, lambda job, n: None, transfer.stopped)
         for r in plan.repos:
             paths = RepoPaths.of(cache_dir, r.repo)
             at_start = download

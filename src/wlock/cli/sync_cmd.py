@@ -225,7 +225,7 @@ def _streams_line(result: SyncResult) -> str:
 
 
 def _link_line(link: object) -> str:
-    from wlock.cache.transfer import LinkTuning
+    from wlock.cache.engines.link import LinkTuning
 
     assert isinstance(link, LinkTuning)
     if not link.one_stream:
@@ -239,7 +239,7 @@ def _link_line(link: object) -> str:
 
 
 def _small_line(gate: object) -> str:
-    from wlock.cache.transfer import SmallGate
+    from wlock.cache.engines.small import SmallGate
 
     assert isinstance(gate, SmallGate)
     line = f"small files: up to {gate.ceiling} at once"

@@ -1,4 +1,5 @@
-"""A download worker process: `python -m wlock.cache.transfer_worker`, driven over its stdin/stdout.
+"""A download worker process: `python -m wlock.cache.engines.hf_transfer_worker`, driven
+over its stdin/stdout.
 
 hf_transfer holds the GIL for a whole download, so parallel large downloads need processes.
 We start plain child processes rather than a multiprocessing pool: they do not depend on how

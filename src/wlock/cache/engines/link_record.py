@@ -1,12 +1,12 @@
 """The link's verdict, kept in the cache for the syncs that follow (issue 39).
 
-The probe (Transfer.tune) reads 2.5-3 MiB of ranges of a file that its download then reads
+The probe (Link.tune) reads 2.5-3 MiB of ranges of a file that its download then reads
 again. On a shared cache every sync probed: 8 syncs on two mounts of one JuiceFS volume
 took 1.15x the lock from the Hub where 1.00x is the promise. So the sync that probes writes
 what it measured to `<cache>/.locks/wlock-link.json`, per endpoint origin, and a sync of the
 same cache within RECALL_S takes that verdict instead of probing. Syncs that start together
 queue on an flock of `.locks/wlock-link.lock` around the probe: one probes, the others read
-its verdict. Where flock excludes nobody (some network filesystems: layout.flock_works),
+its verdict. Where flock excludes nobody (some network filesystems: leases.flock_works),
 or the record cannot be read or written, each sync probes as before: bytes, never
 correctness, are at stake.
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wlock.atomic import temp_path_for
-from wlock.cache.curl import origin_of
-from wlock.cache.layout import flock_works, try_flock
+from wlock.cache.engines.curl import origin_of
+from wlock.cache.leases import flock_works, try_flock
 
 RECALL_S = 600.0  # a verdict older than this is measured again
 WAIT_S = 15.0  # at most this long for another sync's probe, then probe anyway

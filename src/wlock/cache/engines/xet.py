@@ -32,8 +32,10 @@ from typing import Any
 
 import httpx2
 
-from wlock.cache.curl import origin_of
-from wlock.errors import redact
+from wlock.cache.engines import Aborted, FetchJob, OnBytes, Retryable, disk_full
+from wlock.cache.engines.curl import origin_of
+from wlock.errors import HubError, HubUnreachableError, redact
+from wlock.hashing import hash_file
 from wlock.hubstatus import is_transient
 from wlock.version import __version__
 from wlock.xet.cas import CasError, XetFile, read_token
@@ -200,3 +202,35 @@ class XetEngine:
         for group in groups:
             with contextlib.suppress(RuntimeError, OSError):  # finished already: no matter
                 group.abort()
+
+    def fetch_job(self, job: FetchJob, xet: XetFile, http: httpx2.Client,
+                  on_bytes: OnBytes) -> tuple[str, int]:
+        """`job` through hf_xet into its temp file, then hashed (hf_xet does not check the
+        bytes it writes): its digest and size."""
+        try:
+            self.fetch(http, xet, job.size, str(job.temp), lambda n: on_bytes(job, n))
+        except XetUnavailable as e:
+            raise HubError(f"{job.label}: hf_xet cannot fetch it: {e}", repo=job.repo_id,
+                           subject=job.label, hint="Check the token's access to the repo, "
+                           "or sync with --engine hf_transfer where the bridge serves the "
+                           "file.") from None
+        except XetFailure as e:
+            if self._aborted:
+                raise Aborted from None
+            if (full := disk_full(job, str(e))) is not None:
+                raise full from None
+            failure = HubUnreachableError(
+                f"{job.label}: hf_xet failed: {e}", repo=job.repo_id, subject=job.label,
+                cause=f"hf_xet: the CAS answered {e.status}" if e.status else None,
+                hint="Retry; check the network and the endpoint.")
+            if e.status is not None and 400 <= e.status < 500 and e.status not in (408, 429):
+                raise failure from None
+            # hf_xet retried already: a failure without a status (a stall, a cut) is tried
+            # once more, as a stall is; a 429 or 5xx like any other.
+            raise Retryable(failure, reason="status" if e.status else "engine",
+                            status=e.status) from None
+        try:
+            size = os.stat(job.temp).st_size
+        except FileNotFoundError:  # hf_xet reported success and wrote nothing
+            return "", 0
+        return hash_file(job.temp, job.hash_kind), size
