@@ -44,3 +44,34 @@ def test_add_sync_and_check_through_olah_lock_every_file_with_its_hash(
     assert synced.code == 0, synced.stderr
     checked = run_wlock("check", cwd=project)
     assert checked.code == 0, checked.stderr
+
+
+def test_a_cold_mirror_is_asked_for_each_file_once(hub: Hub, mirror: str,
+                                                   tmp_path: Path) -> None:
+    """Through olah with an empty cache, on a link that caps each stream (where the Hub's
+    CDN earns a file many ranges): the endpoint serves the bytes itself, so each large file
+    comes in one stream, and the mirror asks the Hub for the lock's bytes once (issue 51:
+    the probe's and hf_transfer's ranges made it fetch 1.63x them, and take twice as long
+    as snapshot_download). Counted by the emulator, upstream of the mirror."""
+    import json
+
+    from tests.conftest import random_weights
+
+    repo_id = hub.unique_id("mirrored")
+    size = 3 * 12 * 2**20
+    hub.builder.commit("model", repo_id, {f"w-{n}.safetensors": random_weights(12 * 2**20)
+                                          for n in range(3)})
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    hub.process.faults(link={"mb_per_s": 20, "delay_ms": 20, "listener": "cdn"})
+    hub.process.reset_stats()
+    synced = run_wlock("--no-progress", "sync", "--json", "--endpoint", mirror, cwd=project,
+                       env={"WLOCK_PROBE_FROM": "1"}, timeout=300)
+    assert synced.code == 0, synced.stderr
+    report = json.loads(synced.stdout)
+    assert {e["engine"] for e in report["engines"].values()} == {"http"}, report["engines"]
+    assert "itself" in report["link"]["limit"], report["link"]
+    served = sum(e["bytes"] for e in hub.process.stats()["log"]
+                 if e["method"] == "GET" and e["status"] in (200, 206))
+    assert served <= 1.05 * size, served / size
+    assert run_wlock("check", cwd=project).code == 0

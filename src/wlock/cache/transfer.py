@@ -25,6 +25,7 @@ from wlock.cache.engines import (
     IntegrityError,
     Retryable,
 )
+from wlock.cache.engines.curl import origin_of
 from wlock.cache.engines.hf_transfer import HfTransfer
 from wlock.cache.engines.hf_transfer_worker import CHUNK
 from wlock.cache.engines.link import BASE_CONNECTIONS, Link, Streams
@@ -36,6 +37,7 @@ from wlock.hubstatus import is_transient, retry_delay
 from wlock.ratelimit import RateBudget
 from wlock.xet.cas import XetFile
 
+SAME_ORIGIN = "served by the endpoint itself (a mirror): one stream"
 # A transfer whose bytes stop for `timeout` seconds is cancelled and retried once: a server
 # that stalls twice on the same file will not heal within a sync. So a sync against a stalled
 # server ends within about 2 x timeout.
@@ -179,6 +181,16 @@ class Transfer:
             why = "--engine xet"
         if why is not None and xet is not None:
             return self._fetch_xet(job, xet, why)
+        if origin_of(url) == self.route.origin and not self.link.streams.fixed:
+            # Not redirected to a CDN: the endpoint serves the bytes itself (a mirror, a
+            # proxy, `wlock serve`). A pull-through mirror fetches its upstream in blocks of
+            # its own (olah: 64 MiB, one upstream stream each), and parallel ranges of a file
+            # wait on the block or fetch it again: through olah with an empty cache, 4 x 128
+            # MiB took 16.2 s and 1.63x the bytes upstream with ranges, where one GET a file
+            # (snapshot_download's way) took 7.7 s and 1.00x (bench/shaped_link.py). One
+            # stream a file, hashed as it arrives; --connections still asks for ranges.
+            self.engines[job.label] = ("http", SAME_ORIGIN)
+            return self.small.fetch(job)
         with self._counting:
             self._large_in_flight += 1
             files = self._large_in_flight

@@ -72,13 +72,14 @@ class Stats:
         self._lock = threading.Lock()
         self.reset()
 
-    def record(self, listener: str, method: str, path: str, authorized: bool
-               ) -> dict[str, Any]:
-        """Log a request as it arrives; the returned entry gets its `status` once sent (a
-        test can then tell that a fault fired), the file `bytes` it served, and its `end`
-        once answered (Stats.done)."""
+    def record(self, listener: str, method: str, path: str, authorized: bool,
+               asked: str | None = None) -> dict[str, Any]:
+        """Log a request as it arrives (`asked`: its Range header); the returned entry gets
+        its `status` once sent (a test can then tell that a fault fired), the file `bytes`
+        it served, and its `end` once answered (Stats.done)."""
         entry = {"listener": listener, "method": method, "path": path, "auth": authorized,
-                 "status": None, "bytes": 0, "start": time.monotonic(), "end": None}
+                 "range": asked, "status": None, "bytes": 0, "start": time.monotonic(),
+                 "end": None}
         with self._lock:
             self.requests[listener] += 1
             self.authorized[listener] += int(authorized)
@@ -357,7 +358,8 @@ class _Handler(BaseHTTPRequestHandler):
                     (self._token() or "").encode(), app.token.encode()):
                 raise _HttpError(401, None, "Invalid credentials in Authorization header")
             self._logged = app.stats.record(
-                listener, method, self.path, "Authorization" in self.headers)
+                listener, method, self.path, "Authorization" in self.headers,
+                self.headers.get("Range"))
             if listener == "hub":
                 self._rate_limit(url.path)
         except _HttpError as e:

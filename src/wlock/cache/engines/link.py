@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wlock.cache.engines import FetchJob, Retryable, link_record
+from wlock.cache.engines.curl import origin_of
 from wlock.cache.engines.link_record import Verdict
 from wlock.cache.engines.route import Route
 from wlock.errors import HubError
@@ -35,6 +36,18 @@ DECISIVE = 3.0
 # judged a capped link capped 5 times in 10 with three busy loops on the 2 cores, 512 KiB 10
 # in 10, as 1 MiB did).
 PROBE = 512 * 1024
+# A probe body may be in a shaper's free burst (a token bucket per response or connection:
+# nginx's limit_rate_after, tc's htb and tbf, a CDN's): where its first PROBE bytes came
+# faster than FAST (bytes/s), or their second half at under KNEE times the first's rate (the
+# burst ran out), it is read on up to PROBE_SPAN, and only its second half is counted.
+# Measured before (bench/shaped_link.py): 512 KiB ranges inside a 1 MiB burst took one
+# stream for 123 MB/s and four for 200, so "not capped": 0.39-0.48x the best fixed setting;
+# under the kernel's htb (20 MB/s a connection, a burst of 256 KiB) one stream read 48 MB/s.
+# A steady body stops at PROBE as before; on a fast link the longer read costs milliseconds
+# (3 MiB at 1 GB/s: 3 ms). Not 4 MiB: the first of hf_transfer's ranges would be the same.
+FAST = 50e6
+KNEE = 0.6
+PROBE_SPAN = 3 * 1024 * 1024
 # A round trip at least this long is hidden: the probe's second round is sent while the first
 # body still arrives (Link._one_then_four). Shorter ones save nothing worth the overlap:
 # at 2 ms, loopback under load (three busy loops on the 2 cores: round trips of a few ms)
@@ -123,6 +136,32 @@ def alone_rate(body: list[tuple[float, int]], others: list[list[tuple[float, int
     return _rate([alone]) if alone and alone[-1][1] >= size // 2 else 0.0
 
 
+def bursting(body: list[tuple[float, int]]) -> bool:
+    """Whether a body's first bytes (arrivals as (time, bytes so far)) may be a shaper's
+    free burst: faster than FAST, or slowing down (the second half at under KNEE times the
+    first half's rate)."""
+    if _rate([body]) >= FAST:
+        return True
+    middle = next(i for i, (_, n) in enumerate(body) if n >= body[-1][1] // 2)
+    early, late = body[:middle + 1], body[middle:]
+    if len(early) < 2 or len(late) < 2:
+        return False
+    late_rate = (late[-1][1] - late[0][1]) / max(late[-1][0] - late[0][0], 1e-6)
+    early_rate = (early[-1][1] - early[0][1]) / max(early[-1][0] - early[0][0], 1e-6)
+    return late_rate < KNEE * early_rate
+
+
+def settled(body: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    """The part of a probe body (arrivals as (time, bytes so far)) that is counted: all of
+    it up to PROBE; of a body read on past PROBE, its second half, from the first arrival
+    there (bytes counted from it), past any free burst of up to half of it."""
+    if not body or body[-1][1] <= PROBE:
+        return body
+    start = next(i for i, (_, n) in enumerate(body) if n >= body[-1][1] // 2)
+    base = body[start][1]
+    return [(t, n - base) for t, n in body[start:]]
+
+
 def _probe_refused(status: int) -> OSError:
     return OSError(f"HTTP {status}")
 
@@ -140,7 +179,8 @@ class Streams:
     shared by the files in flight (`ceiling // files`), nor past one connection per range of
     the file (more would wait), nor, with --connections, anything but the user's share.
     hf_xet grows its streams within files, by the same measure (throughput growing with
-    them); aria2 and rclone keep a fixed count per file.
+    them); aria2 and rclone keep a fixed count per file. Where the probe found that more
+    streams do not help, no file tries more (settle()).
     """
 
     GROW = 1.3
@@ -150,6 +190,8 @@ class Streams:
         self.level, self.ceiling, self.fixed = level, ceiling, fixed
         self.rates: dict[int, float] = {}  # connections -> the latest file's bytes/s
         self.exploring = 0  # a file trying more is in flight
+        # Off once the probe found the link as a whole the limit (settle()).
+        self.explores = not fixed
         self.paused = 0  # files to go before trying more again
         self._lock = threading.Lock()
 
@@ -165,7 +207,7 @@ class Streams:
             cap = max(1, min(self.ceiling // max(1, files), useful))
             level = min(self.level, cap)
             up = min(cap, self.level * 2)
-            explore = (not self.fixed and not self.exploring and not self.paused
+            explore = (self.explores and not self.exploring and not self.paused
                        and up > level and self.level in self.rates and up not in self.rates)
             if explore:
                 self.exploring += 1
@@ -188,6 +230,15 @@ class Streams:
                     self.paused = self.PAUSE  # a plateau: stay, look again later
                     for above in [c for c in self.rates if c > self.level]:
                         del self.rates[above]
+
+    def settle(self) -> None:
+        """The probe, reading alone, found that more streams bring the link no more: no
+        file tries more. A file's own rate cannot tell it: one trying more connections
+        than the files beside it takes from them what a host's aggregate cap shares out
+        (two files at 4 and 8 connections under one cap: 1.33x the rate each had at 4), and
+        would be followed up to the ceiling (4, 4, 8, 4, 10, 8 seen)."""
+        with self._lock:
+            self.explores = False
 
     def refused(self) -> None:
         """The server answered a large file's request with 429 or 5xx: it asks for less."""
@@ -251,6 +302,11 @@ class Link:
         else:
             try:
                 url = self.route.resolve(job)[0]
+                if origin_of(url) == self.route.origin:
+                    # No CDN: the endpoint serves the files itself, one stream a file
+                    # (Transfer._fetch_large_file says why); nothing to probe.
+                    return LinkTuning(0.0, 0.0, 1, files, "the endpoint serves the files "
+                                      "itself (a mirror): one stream a file")
                 one, four = self._one_then_four(url)
                 one, more_help = capped(one, four, lambda: self._probe(url, 1))
             except (HubError, httpx2.HTTPError, OSError, Retryable,
@@ -261,6 +317,8 @@ class Link:
                                   f"the probe failed ({status or type(e).__name__}): backed off")
         per_file = max(base, self.ceiling // max(1, files)) if more_help else base
         self.streams.set_level(per_file)
+        if not more_help:
+            self.streams.settle()
         limit = ("the link per stream (more connections help)" if more_help else
                  "the machine or the whole link (more connections do not help)")
         return LinkTuning(one, four, per_file, files, limit,
@@ -283,13 +341,16 @@ class Link:
         it is not measured while sharing the link with them (that would make four look
         better than they are)."""
         (single,), four = self._ranges(url, [range(1), range(1, 5)])
-        return alone_rate(single, four, PROBE), _rate(four)
+        return alone_rate(single, four, single[-1][1] if single else PROBE), _rate(four)
 
     def _ranges(self, url: str, rounds: list[range]) -> list[list[list[tuple[float, int]]]]:
-        """Rounds of ranges of `url` (PROBE bytes each, numbered), each body's arrivals as
-        (monotonic time, bytes so far). A round's ranges are requested together; a round
-        after the first is requested a round trip before the body of the one before it (a
-        single range) is due to end, from its rate so far, and at its end if sooner.
+        """Rounds of ranges of `url` (numbered, PROBE bytes apart), each body's arrivals as
+        (monotonic time, bytes so far), of the part counted (settled()): PROBE bytes, or up
+        to PROBE_SPAN where the first round's first body was bursting() at PROBE, its second
+        half: every body reads as far (their rate is counted together, first byte of any to
+        last byte of all). A round's ranges are requested together; a round after the first is
+        requested a round trip before the body of the one before it (a single range) is due
+        to end, from its rate so far, and at its end if sooner.
 
         Every stream's thread and client are made before the first request, not while a
         body is read and timed (its reader would share the interpreter with them)."""
@@ -305,6 +366,7 @@ class Link:
         due = [threading.Event() for _ in rounds]
         due[0].set()
         failed: list[BaseException] = []
+        span: list[int] = []  # how far each body reads, once the first one has told
 
         def get(stream: tuple[int, int]) -> list[tuple[float, int]]:
             n, r = stream
@@ -317,22 +379,28 @@ class Link:
             following = due[r + 1] if r + 1 < len(rounds) else None
             sent = time.monotonic()
             arrivals: list[tuple[float, int]] = []
+            first = n * PROBE
             try:
                 with client.stream("GET", url, headers={
-                        **headers, "Range": f"bytes={n * PROBE}-{(n + 1) * PROBE - 1}"},
+                        **headers, "Range": f"bytes={first}-{first + PROBE_SPAN - 1}"},
                         ) as response:
                     if response.status_code >= 400:
                         raise _probe_refused(response.status_code)
-                    trip, got = time.monotonic() - sent, 0
+                    trip, got, size = time.monotonic() - sent, 0, PROBE
                     if trip < HIDDEN_TRIP:
                         following = None  # the next round waits for this one's end
                     for chunk in response.iter_raw(64 * 1024):
                         got += len(chunk)
                         arrivals.append((time.monotonic(), got))
+                        if got >= size:
+                            if size == PROBE and not span:
+                                span.append(PROBE_SPAN if bursting(arrivals) else PROBE)
+                            if got >= (size := span[0] if span else size):
+                                break  # the rest unread: the connection is closed
                         if following is not None and not following.is_set() \
                                 and len(arrivals) > 1:
                             elapsed = arrivals[-1][0] - arrivals[0][0]
-                            if (PROBE - got) * elapsed <= trip * got:  # left / rate <= trip
+                            if (size - got) * elapsed <= trip * got:  # left / rate <= trip
                                 following.set()
             except BaseException as e:
                 failed.append(e)
@@ -340,7 +408,7 @@ class Link:
             finally:
                 if r + 1 < len(rounds):
                     due[r + 1].set()
-            return arrivals
+            return settled(arrivals)
 
         with ThreadPoolExecutor(len(streams)) as pool:
             bodies = list(pool.map(get, streams))
