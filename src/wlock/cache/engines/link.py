@@ -47,6 +47,7 @@ PROBE = 512 * 1024
 # (3 MiB at 1 GB/s: 3 ms). Not 4 MiB: the first of hf_transfer's ranges would be the same.
 FAST = 50e6
 KNEE = 0.6
+WINDOW = 256 * 1024
 PROBE_SPAN = 3 * 1024 * 1024
 # A round trip at least this long is hidden: the probe's second round is sent while the first
 # body still arrives (Link._one_then_four). Shorter ones save nothing worth the overlap:
@@ -151,13 +152,40 @@ def bursting(body: list[tuple[float, int]]) -> bool:
     return late_rate < KNEE * early_rate
 
 
-def settled(body: list[tuple[float, int]]) -> list[tuple[float, int]]:
+def _knee(body: list[tuple[float, int]], early: float) -> int | None:
+    """Where a body read on slowed down: the bytes at the start of its last WINDOW, when
+    that whole window came at under KNEE times `early` (its first PROBE's rate) and under
+    FAST; None before that."""
+    last = body[-1][1]
+    if last < PROBE + WINDOW:
+        return None
+    start = next(i for i, (_, n) in enumerate(body) if n >= last - WINDOW)
+    if start == 0 or start == len(body) - 1:
+        return None
+    # From the arrival before the window: its first chunk's own time counts too.
+    (t0, n0), (t1, n1) = body[start - 1], body[-1]
+    rate = (n1 - n0) / max(t1 - t0, 1e-6)
+    if rate >= KNEE * early or rate >= FAST:
+        return None
+    # The knee itself: the end of the last piece that still came fast (the window may
+    # begin inside the burst and hold one slow piece).
+    for i in range(len(body) - 1, 0, -1):
+        (ta, na), (tb, nb) = body[i - 1], body[i]
+        if (nb - na) / max(tb - ta, 1e-6) >= FAST:
+            return nb
+    return n0
+
+
+def settled(body: list[tuple[float, int]], knee: int | None = None
+            ) -> list[tuple[float, int]]:
     """The part of a probe body (arrivals as (time, bytes so far)) that is counted: all of
-    it up to PROBE; of a body read on past PROBE, its second half, from the first arrival
-    there (bytes counted from it), past any free burst of up to half of it."""
+    it up to PROBE; of a body read on past PROBE, from its `knee` where one was found (the
+    burst ran out there), else its second half; from the first arrival there, its bytes
+    counted from it."""
     if not body or body[-1][1] <= PROBE:
         return body
-    start = next(i for i, (_, n) in enumerate(body) if n >= body[-1][1] // 2)
+    start = next(i for i, (_, n) in enumerate(body)
+                 if n >= (knee if knee is not None else body[-1][1] // 2))
     base = body[start][1]
     return [(t, n - base) for t, n in body[start:]]
 
@@ -387,18 +415,27 @@ class Link:
                     if response.status_code >= 400:
                         raise _probe_refused(response.status_code)
                     trip, got, size = time.monotonic() - sent, 0, PROBE
+                    early = knee = None
                     if trip < HIDDEN_TRIP:
                         following = None  # the next round waits for this one's end
                     for chunk in response.iter_raw(64 * 1024):
                         got += len(chunk)
                         arrivals.append((time.monotonic(), got))
-                        if got >= size:
+                        if got >= size and knee is None:
                             if size == PROBE and not span:
                                 span.append(PROBE_SPAN if bursting(arrivals) else PROBE)
                             if got >= (size := span[0] if span else size):
                                 break  # the rest unread: the connection is closed
+                            early = _rate([arrivals])  # reading on: look for the knee
+                        elif knee is None and early is not None and \
+                                (knee := _knee(arrivals, early)) is not None:
+                            size = knee + PROBE
+                        elif knee is not None and got >= size:
+                            break
+                        # Not while it comes fast: it may read on past a burst, and the
+                        # next round's bodies would share a host's cap with it.
                         if following is not None and not following.is_set() \
-                                and len(arrivals) > 1:
+                                and len(arrivals) > 1 and _rate([arrivals]) < FAST:
                             elapsed = arrivals[-1][0] - arrivals[0][0]
                             if (size - got) * elapsed <= trip * got:  # left / rate <= trip
                                 following.set()
@@ -408,7 +445,7 @@ class Link:
             finally:
                 if r + 1 < len(rounds):
                     due[r + 1].set()
-            return settled(arrivals)
+            return settled(arrivals, knee)
 
         with ThreadPoolExecutor(len(streams)) as pool:
             bodies = list(pool.map(get, streams))
