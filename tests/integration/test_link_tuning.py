@@ -10,7 +10,9 @@ import os
 import re
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,7 +44,7 @@ def tune(hub: Hub, repo_id: str, tmp_path: Path, files: int = 4, connections: in
         return transfer.link.tune(job, files)
 
 
-def is_probe(entry: dict) -> bool:  # type: ignore[type-arg]
+def is_probe(entry: dict[str, Any]) -> bool:
     """A request of the link's probe, in the emulator's log: its ranges start PROBE bytes
     apart and ask for PROBE_SPAN (hf_transfer's are 4 MiB, from 0)."""
     from wlock.cache.engines.link import PROBE, PROBE_SPAN
@@ -432,6 +434,24 @@ LINK_MODELS = {
 # CI's shared cores also on a per-stream cap (4, 4, 4, 4, 4, 8).
 
 
+def sync_over(hub: Hub, tmp_path: Path, name: str, link: Mapping[str, object], *, files: int,
+              mib: int, probe_from: int) -> dict[str, Any]:
+    """`files` weights of `mib` MiB locked, then synced two at a time over `link` (the
+    emulator's CDN), probed from `probe_from` bytes: the sync's --json report."""
+    repo_id = hub.unique_id(name)
+    hub.builder.commit("model", repo_id, {f"w-{n}.safetensors": random_weights(mib * 2**20)
+                                          for n in range(files)})
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    hub.process.faults(link={**link, "listener": "cdn"})
+    done = run_wlock("--no-progress", "sync", "--json", "--jobs", "2", "--endpoint",
+                     hub.endpoint, "--cache-dir", str(tmp_path / "cache"), cwd=project,
+                     env={"WLOCK_PROBE_FROM": str(probe_from)})
+    assert done.code == 0, done.stderr
+    assert run_wlock("check", "--cache-dir", str(tmp_path / "cache"), cwd=project).code == 0
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
 @pytest.mark.parametrize("model", sorted(LINK_MODELS))
 def test_the_connections_move_the_right_way_on_each_link_model(hub: Hub, tmp_path: Path,
                                                                 model: str) -> None:
@@ -442,21 +462,11 @@ def test_the_connections_move_the_right_way_on_each_link_model(hub: Hub, tmp_pat
     (2 MB/s) so that the emulator and the client on two cores are not the bottleneck. The
     direction is asserted, never a time."""
     link, way = LINK_MODELS[model]
-    repo_id = hub.unique_id(f"model-{model}")
-    hub.builder.commit("model", repo_id, {f"w-{n}.safetensors": random_weights(40 * 2**20)
-                                          for n in range(5)})
-    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
-    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
-    hub.process.faults(link={**link, "listener": "cdn"})
-    done = run_wlock("--no-progress", "sync", "--json", "--jobs", "2", "--endpoint",
-                     hub.endpoint, "--cache-dir", str(tmp_path / "cache"), cwd=project,
-                     env={"WLOCK_PROBE_FROM": str(10**12)})
-    assert done.code == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = sync_over(hub, tmp_path, f"model-{model}", link, files=5, mib=40,
+                       probe_from=10**12)
     assert report["link"] is None  # not probed
     chosen = [e["connections"] for e in report["engines"].values()]
     assert sorted(chosen)[:2] == [4, 4], chosen  # the first files: today's share
-    assert run_wlock("check", "--cache-dir", str(tmp_path / "cache"), cwd=project).code == 0
     assert way == "up"
     # The level moved up, and the later files tried more: at most the file's 10 ranges.
     assert sum(c > 4 for c in chosen) >= 2 and 8 <= max(chosen) <= 10, chosen
@@ -481,19 +491,8 @@ def test_the_probe_reads_each_link_model_the_right_way(hub: Hub, tmp_path: Path,
     host's aggregate cap none does, not even one trying more (it would only take from the
     file beside it). The direction is asserted, never a time."""
     link, way = PROBED_MODELS[model]
-    repo_id = hub.unique_id(f"probed-{model}")
-    hub.builder.commit("model", repo_id, {f"w-{n}.safetensors": random_weights(24 * 2**20)
-                                          for n in range(3)})
-    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n')
-    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
-    hub.process.faults(link={**link, "listener": "cdn"})
-    done = run_wlock("--no-progress", "sync", "--json", "--jobs", "2", "--endpoint",
-                     hub.endpoint, "--cache-dir", str(tmp_path / "cache"), cwd=project,
-                     env={"WLOCK_PROBE_FROM": "1"})
-    assert done.code == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = sync_over(hub, tmp_path, f"probed-{model}", link, files=3, mib=24, probe_from=1)
     chosen = [e["connections"] for e in report["engines"].values()]
-    assert run_wlock("check", "--cache-dir", str(tmp_path / "cache"), cwd=project).code == 0
     if way == "up":
         assert "more connections help" in report["link"]["limit"], report["link"]
         assert min(chosen) > 4, chosen

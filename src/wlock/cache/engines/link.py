@@ -39,12 +39,16 @@ PROBE = 512 * 1024
 # A probe body may be in a shaper's free burst (a token bucket per response or connection:
 # nginx's limit_rate_after, tc's htb and tbf, a CDN's): where its first PROBE bytes came
 # faster than FAST (bytes/s), or their second half at under KNEE times the first's rate (the
-# burst ran out), it is read on up to PROBE_SPAN, and only its second half is counted.
-# Measured before (bench/shaped_link.py): 512 KiB ranges inside a 1 MiB burst took one
+# burst ran out), it is read on: to PROBE bytes past its knee (_knee: where it slowed to under
+# KNEE times its first PROBE's rate and under FAST, over its last WINDOW), counted from there;
+# without a knee by PROBE_SPAN (a fast link, no burst), its second half is counted. Measured
+# before (bench/shaped_link.py): 512 KiB ranges inside a 1 MiB burst took one
 # stream for 123 MB/s and four for 200, so "not capped": 0.39-0.48x the best fixed setting;
 # under the kernel's htb (20 MB/s a connection, a burst of 256 KiB) one stream read 48 MB/s.
 # A steady body stops at PROBE as before; on a fast link the longer read costs milliseconds
 # (3 MiB at 1 GB/s: 3 ms). Not 4 MiB: the first of hf_transfer's ranges would be the same.
+# To the knee, not to PROBE_SPAN: the 1 MiB burst's probe took 105-184 ms, about 250 reading
+# each body to 3 MiB.
 FAST = 50e6
 KNEE = 0.6
 WINDOW = 256 * 1024
@@ -56,8 +60,9 @@ PROBE_SPAN = 3 * 1024 * 1024
 # 10 ms, 3 in 125, about what one stream's reader descheduled mid-body does to the rounds
 # run one after the other (0 in 65).
 HIDDEN_TRIP = 0.010
-# The probe reads 2.5-3 MiB that the download reads again: done only for a sync whose large
-# files make that about 1% (WLOCK_PROBE_FROM, in bytes, moves the line; tests lower it).
+# The probe reads 2.5-3 MiB (up to 15 MiB past a burst) that the download reads again: done
+# only for a sync whose large files make that about 1-5% (WLOCK_PROBE_FROM, in bytes, moves
+# the line; tests lower it).
 PROBE_FROM = int(os.environ.get("WLOCK_PROBE_FROM", 256 * 1024 * 1024))
 
 
