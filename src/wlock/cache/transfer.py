@@ -25,7 +25,6 @@ from wlock.cache.engines import (
     IntegrityError,
     Retryable,
 )
-from wlock.cache.engines.curl import origin_of
 from wlock.cache.engines.hf_transfer import HfTransfer
 from wlock.cache.engines.hf_transfer_worker import CHUNK
 from wlock.cache.engines.link import BASE_CONNECTIONS, Link, Streams
@@ -181,7 +180,7 @@ class Transfer:
             why = "--engine xet"
         if why is not None and xet is not None:
             return self._fetch_xet(job, xet, why)
-        if origin_of(url) == self.route.origin and not self.link.streams.fixed:
+        if self.route.own(url) and not self.link.streams.fixed:
             # Not redirected to a CDN: the endpoint serves the bytes itself (a mirror, a
             # proxy, `wlock serve`). A pull-through mirror fetches its upstream in blocks of
             # its own (olah: 64 MiB, one upstream stream each), and parallel ranges of a file

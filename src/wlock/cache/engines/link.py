@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wlock.cache.engines import FetchJob, Retryable, link_record
-from wlock.cache.engines.curl import origin_of
 from wlock.cache.engines.link_record import Verdict
 from wlock.cache.engines.route import Route
 from wlock.errors import HubError
@@ -335,7 +334,7 @@ class Link:
         else:
             try:
                 url = self.route.resolve(job)[0]
-                if origin_of(url) == self.route.origin:
+                if self.route.own(url):
                     # No CDN: the endpoint serves the files itself, one stream a file
                     # (Transfer._fetch_large_file says why); nothing to probe.
                     return LinkTuning(0.0, 0.0, 1, files, "the endpoint serves the files "

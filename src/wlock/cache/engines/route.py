@@ -112,6 +112,11 @@ class Route:
                 client.close()
             self._clients.clear()
 
+    def own(self, url: str) -> bool:
+        """Whether `url` is on the endpoint's origin (the token goes there, the rate budget
+        counts there); a redirect elsewhere is a CDN's."""
+        return origin_of(url) == self.origin
+
     def resolve_url(self, kind: RepoKind, repo_id: str, revision: str, path: str) -> str:
         prefix = "datasets/" if kind == "dataset" else ""
         return f"{self.endpoint}/{prefix}{repo_id}/resolve/{revision}/{quote(path)}"
@@ -128,21 +133,21 @@ class Route:
     def headers_for(self, url: str) -> dict[str, str]:
         """The headers of a request to `url`: the token only on the endpoint's origin."""
         headers = {"Accept-Encoding": "identity"}
-        if self._token and origin_of(url) == self.origin:
+        if self._token and self.own(url):
             headers["Authorization"] = f"Bearer {self._token}"
         return headers
 
     def before(self, url: str, job: FetchJob) -> None:
         """Hold a request to the endpoint while its rate budget is spent (no budget is
         kept for other hosts: the CDN states none)."""
-        if origin_of(url) == self.origin:
+        if self.own(url):
             self.budget.before(url, job.label)
 
     def next_hop(self, url: str, response: Reply, job: FetchJob) -> str | None:
         """Where a redirect leads, or None when `response` is the answer. Raises on errors,
         and for a redirect a client cannot follow (HubError, exit 5, naming the hop); a
         429 the rate budget will wait out is a Retryable that costs no attempt."""
-        if origin_of(url) == self.origin and self.budget.after(
+        if self.own(url) and self.budget.after(
                 url, response.status_code, response.headers, job.label) is not None:
             drain(response)
             # A 429 from the endpoint is always a Retryable (classify): the same error,
@@ -180,12 +185,12 @@ class Route:
                 response = self.http.request("HEAD", url, headers=self.headers_for(url))
             except httpx2.TransportError as e:
                 raise transport_failure(self.endpoint, url, job, e, self.timeout) from e
-            if origin_of(url) == self.origin:
+            if self.own(url):
                 xet = xet_file(response) or xet
             target = self.next_hop(url, response, job)
             if target is None:
                 return url, xet
-            if origin_of(target) != self.origin:
+            if not self.own(target):
                 return target, xet  # a CDN: a signed URL, and no token
             url = target
         raise HubError(f"{job.label}: too many redirects from {self.endpoint}", repo=job.repo_id)

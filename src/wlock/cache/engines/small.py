@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from wlock.cache.engines import Aborted, FetchJob, OnBytes
-from wlock.cache.engines.curl import Curl, Headers, WireError, origin_of
+from wlock.cache.engines.curl import Curl, Headers, WireError
 from wlock.cache.engines.route import CONNECT_TIMEOUT, MAX_REDIRECTS, Route, transport_failure
 from wlock.errors import HubError
 from wlock.hashing import hash_file, new_digest
@@ -205,7 +205,7 @@ class SmallFiles:
         same-origin redirect of exactly that shape is learned; the bytes are verified
         against the lock either way.
         """
-        if job.hash_kind != "git-sha1" or origin_of(target) != self._route.origin:
+        if job.hash_kind != "git-sha1" or not self._route.own(target):
             return
         path = urlsplit(target).path
         tail = f"/{job.revision}/{quote(job.path)}"
