@@ -41,20 +41,31 @@ def _free_port() -> int:
 
 
 @contextmanager
-def olah_mirror(upstream: str) -> Iterator[str]:
+def olah_mirror(upstream: str, block_size: int | None = None) -> Iterator[str]:
     """olah serving `upstream` (http://host:port, the emulator: API and files alike) on a
-    port of its own, with an empty cache; yields the mirror's endpoint."""
+    port of its own, with an empty cache; yields the mirror's endpoint. `block_size`: its
+    cache's blocks (its default: 64 MiB), set through a config file (olah then reads no
+    other option)."""
     port = _free_port()
     netloc = upstream.split("://", 1)[1].rstrip("/")
     with tempfile.TemporaryDirectory(prefix="wlock-olah-") as repos:
         log = open(os.path.join(repos, "olah.log"), "w")  # noqa: SIM115 - closed below
-        proc = subprocess.Popen(
-            [str(olah_binary()), "--host", "127.0.0.1", "--port", str(port),
-             "--hf-scheme", "http", "--hf-netloc", netloc, "--hf-lfs-netloc", netloc,
-             "--mirror-scheme", "http", "--mirror-netloc", f"127.0.0.1:{port}",
-             "--mirror-lfs-netloc", f"127.0.0.1:{port}", "--repos-path",
-             os.path.join(repos, "repos")],
-            stdout=log, stderr=subprocess.STDOUT, cwd=repos)  # it writes ./logs/ there
+        settings = {"host": "127.0.0.1", "port": port, "hf-scheme": "http", "hf-netloc": netloc,
+                    "hf-lfs-netloc": netloc, "mirror-scheme": "http",
+                    "mirror-netloc": f"127.0.0.1:{port}",
+                    "mirror-lfs-netloc": f"127.0.0.1:{port}",
+                    "repos-path": os.path.join(repos, "repos")}
+        if block_size is None:
+            argv = [arg for name, value in settings.items() for arg in (f"--{name}", str(value))]
+        else:
+            config = os.path.join(repos, "olah.toml")
+            with open(config, "w") as f:
+                f.write("[basic]\n" + "".join(
+                    f"{name} = {value!r}\n".replace("'", '"') for name, value in
+                    {**settings, "cache-block-size": block_size}.items()))
+            argv = ["--config", config]
+        proc = subprocess.Popen([str(olah_binary()), *argv], stdout=log,
+                                stderr=subprocess.STDOUT, cwd=repos)  # it writes ./logs/ there
         endpoint = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 60

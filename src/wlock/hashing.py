@@ -68,16 +68,20 @@ class GrowingHash:
     def hashed(self) -> int:
         return self._at
 
-    def advance(self) -> None:
+    def advance(self, written: int | None = None) -> None:
         """Hash what was written since the last call, from where the last call stopped to
-        the first range not written yet."""
+        the first range not written yet: `written` when the writer says how far the file is
+        whole (this process's own writes), else where the kernel's first hole is."""
         if not self._usable or not self._open():
             return
         assert self._fd is not None
-        try:
-            end = os.lseek(self._fd, self._at, os.SEEK_HOLE)
-        except OSError:  # ENXIO: nothing at or past this offset yet; EINVAL: no holes here
-            return
+        if written is not None:
+            end = written
+        else:
+            try:
+                end = os.lseek(self._fd, self._at, os.SEEK_HOLE)
+            except OSError:  # ENXIO: nothing at or past this offset yet; EINVAL: no holes
+                return
         try:
             self._read_to(min(end, self._size))
         except OSError:  # a mapping that fails here is not the download's failure:

@@ -4,8 +4,9 @@ why (wlock.cache.engines), and its attempts.
 A small file (under LARGE_FILE) goes through libcurl (engines.small); a large one through
 hf_transfer (engines.hf_transfer) with the connections the link earns (engines.link), or
 through hf_xet (engines.xet) with --engine xet, or where the bridge refuses it (over its size
-limit). Transient failures are tried again; the bytes are checked against the job's size and
-hash before fetch() returns. Nothing here writes into the cache's visible names: the caller
+limit); one the endpoint serves itself (a mirror) in the mirror's blocks (engines.blocks).
+Transient failures are tried again; the bytes are checked against the job's size and hash
+before fetch() returns. Nothing here writes into the cache's visible names: the caller
 publishes a verified file.
 """
 
@@ -25,6 +26,7 @@ from wlock.cache.engines import (
     IntegrityError,
     Retryable,
 )
+from wlock.cache.engines.blocks import MIRROR_BLOCK, Blocks
 from wlock.cache.engines.hf_transfer import HfTransfer
 from wlock.cache.engines.hf_transfer_worker import CHUNK
 from wlock.cache.engines.link import BASE_CONNECTIONS, Link, Streams
@@ -36,7 +38,7 @@ from wlock.hubstatus import is_transient, retry_delay
 from wlock.ratelimit import RateBudget
 from wlock.xet.cas import XetFile
 
-SAME_ORIGIN = "served by the endpoint itself (a mirror): one stream"
+SAME_ORIGIN = "served by the endpoint itself (a mirror)"
 # A transfer whose bytes stop for `timeout` seconds is cancelled and retried once: a server
 # that stalls twice on the same file will not heal within a sync. So a sync against a stalled
 # server ends within about 2 x timeout.
@@ -86,6 +88,7 @@ class Transfer:
         self._counting = threading.Lock()
         self.small = SmallFiles(self.route, ceiling=small or small_ceiling(),
                                 on_bytes=self._on_bytes)
+        self.blocks = Blocks(self.small, on_bytes=self._on_bytes, aborted=self._aborted)
         self.hf_transfer = HfTransfer(self.route, jobs=jobs, on_bytes=self._on_bytes,
                                       aborted=self._aborted)
         self.xet = XetEngine(timeout=timeout, jobs=jobs, token=token, endpoint=endpoint)
@@ -93,6 +96,7 @@ class Transfer:
     def close(self) -> None:
         self.route.close()
         self.small.close()
+        self.blocks.close()
         self.hf_transfer.workers.close()
 
     def abort(self) -> None:
@@ -183,13 +187,11 @@ class Transfer:
         if self.route.own(url) and not self.link.streams.fixed:
             # Not redirected to a CDN: the endpoint serves the bytes itself (a mirror, a
             # proxy, `wlock serve`). A pull-through mirror fetches its upstream in blocks of
-            # its own (olah: 64 MiB, one upstream stream each), and parallel ranges of a file
-            # wait on the block or fetch it again: through olah with an empty cache, 4 x 128
-            # MiB took 16.2 s and 1.63x the bytes upstream with ranges, where one GET a file
-            # (snapshot_download's way) took 7.7 s and 1.00x (bench/shaped_link.py). One
-            # stream a file, hashed as it arrives; --connections still asks for ranges.
-            self.engines[job.label] = ("http", SAME_ORIGIN)
-            return self.small.fetch(job)
+            # its own, one upstream stream each; ranges across them made olah wait on them
+            # or fetch them twice (4 x 128 MiB with an empty cache: 16.2 s and 1.63x the
+            # bytes upstream). Its own blocks, a few at once (engines.blocks says why);
+            # --connections still asks for hf_transfer's ranges.
+            return self._fetch_from_endpoint(job, url)
         with self._counting:
             self._large_in_flight += 1
             files = self._large_in_flight
@@ -235,6 +237,30 @@ class Transfer:
         self.engines[job.label] = (HF_TRANSFER, "")
         self.connections_of[job.label] = connections
         return done
+
+    def _fetch_from_endpoint(self, job: FetchJob, url: str) -> tuple[str, int]:
+        """A large file the endpoint serves itself: one GET when it is one mirror block,
+        else its blocks, BASE_CONNECTIONS shared by the large files in flight."""
+        if job.size <= MIRROR_BLOCK:
+            self.engines[job.label] = ("http", SAME_ORIGIN)
+            return self.small.fetch(job)
+        with self._counting:
+            self._large_in_flight += 1
+            files = self._large_in_flight
+        blocks = -(-job.size // MIRROR_BLOCK)
+        streams = max(1, min(blocks, BASE_CONNECTIONS // files))
+        self.engines[job.label] = ("http", f"{SAME_ORIGIN}, {streams} of its "
+                                   f"{MIRROR_BLOCK >> 20} MiB blocks at once")
+        try:
+            return self.blocks.fetch(job, url, streams)
+        except Retryable as e:
+            if e.reason != "no-ranges":
+                raise
+            self.engines[job.label] = ("http", "the server ignores ranges")
+            return self.small.fetch(job)
+        finally:
+            with self._counting:
+                self._large_in_flight -= 1
 
     def _fetch_xet(self, job: FetchJob, xet: XetFile, why: str) -> tuple[str, int]:
         done = self.xet.fetch_job(job, xet, self.route.http, self._on_bytes)

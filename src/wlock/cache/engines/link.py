@@ -335,10 +335,11 @@ class Link:
             try:
                 url = self.route.resolve(job)[0]
                 if self.route.own(url):
-                    # No CDN: the endpoint serves the files itself, one stream a file
-                    # (Transfer._fetch_large_file says why); nothing to probe.
-                    return LinkTuning(0.0, 0.0, 1, files, "the endpoint serves the files "
-                                      "itself (a mirror): one stream a file")
+                    # No CDN: the endpoint serves the files itself, in its blocks
+                    # (engines.blocks says why); nothing to probe.
+                    return LinkTuning(0.0, 0.0, max(1, BASE_CONNECTIONS // max(1, files)),
+                                      files, "the endpoint serves the files itself (a "
+                                      "mirror): in its blocks")
                 one, four = self._one_then_four(url)
                 one, more_help = capped(one, four, lambda: self._probe(url, 1))
             except (HubError, httpx2.HTTPError, OSError, Retryable,

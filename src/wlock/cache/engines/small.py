@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from wlock.cache.engines import Aborted, FetchJob, OnBytes
-from wlock.cache.engines.curl import Curl, Headers, WireError
+from wlock.cache.engines.curl import Curl, Headers, Sink, WireError
 from wlock.cache.engines.route import CONNECT_TIMEOUT, MAX_REDIRECTS, Route, transport_failure
 from wlock.errors import HubError
 from wlock.hashing import hash_file, new_digest
@@ -179,13 +179,7 @@ class SmallFiles:
                                repo=job.repo_id)
         except WireError as e:  # a body cut short, a stall, a trickle
             self._on_bytes(job, -body.written)
-            if e.kind == "stopped":
-                raise Aborted from None
-            if e.kind == "slow":
-                e = WireError("slow", f"{body.written} of {job.size} bytes in "
-                              f"{self._route.timeout + job.size / MIN_RATE:.0f}s, slower than "
-                              f"{MIN_RATE // 1000} kB/s")
-            raise transport_failure(self._route.endpoint, url, job, e, self._route.timeout) from e
+            raise self._failure(job, url, e, body.written, job.size) from e
         finally:
             body.close()
         if body.digest is None:  # a 2xx that never opened (cannot happen): not the file
@@ -194,6 +188,39 @@ class SmallFiles:
         if job.hash_kind == "git-sha1" and body.written != job.size:
             return hash_file(job.temp, "git-sha1"), body.written
         return body.digest.hexdigest(), body.written
+
+    def get_range(self, job: FetchJob, url: str, start: int, end: int, sink: Sink) -> None:
+        """GET bytes [start, end) of `job` from `url` (resolved), through the endpoint's
+        redirects, into `sink` (which checks the answer's range). Raises as fetch() does;
+        the caller takes back the bytes reported."""
+        deadline = time.monotonic() + self._route.timeout + (end - start) / MIN_RATE
+        try:
+            for _ in range(MAX_REDIRECTS):
+                held = time.monotonic()
+                self._route.before(url, job)
+                deadline += time.monotonic() - held
+                headers = {**self._route.headers_for(url), "Range": f"bytes={start}-{end - 1}"}
+                response = self._curl.get(url, headers, sink, deadline)
+                target = self._route.next_hop(url, response, job)
+                if target is None:
+                    return
+                url = target
+        except WireError as e:
+            raise self._failure(job, url, e, None, end - start) from e
+        raise HubError(f"{job.label}: too many redirects from {self._route.endpoint}",
+                       repo=job.repo_id)
+
+    def _failure(self, job: FetchJob, url: str, e: WireError, written: int | None,
+                 size: int) -> BaseException:
+        """What a transfer that ended without its whole answer raises."""
+        if e.kind == "stopped":
+            return Aborted()
+        if e.kind == "slow":
+            got = "" if written is None else f"{written} of "
+            allowed = self._route.timeout + size / MIN_RATE
+            e = WireError("slow", f"{got}{size} bytes in {allowed:.0f}s, slower than "
+                          f"{MIN_RATE // 1000} kB/s")
+        return transport_failure(self._route.endpoint, url, job, e, self._route.timeout)
 
     def _learn(self, job: FetchJob, target: str) -> None:
         """Remember where the endpoint sends this repo's small files at this commit.
