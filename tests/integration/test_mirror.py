@@ -124,3 +124,90 @@ def test_a_mirror_is_read_in_its_own_blocks_several_at_once(hub: Hub, tmp_path: 
         assert any(later["start"] < earlier["end"]
                    for earlier, later in itertools.pairwise(got)), got
     assert run_wlock("check", cwd=project).code == 0
+
+
+# -- the endpoint's own bytes, with faults: the emulator answering LFS files itself ----------
+
+BLOCK = 4 * 2**20
+
+
+def _served_by_the_endpoint(hub: Hub, tmp_path: Path, size: int) -> tuple[Path, str]:
+    """A project locking one large file of `size` bytes, the emulator then answering its
+    /resolve/ with the bytes (a mirror's way: Faults.lfs_served), no CDN."""
+    from tests.conftest import random_weights
+
+    repo_id = hub.unique_id("own-bytes")
+    hub.builder.commit("model", repo_id, {"model.safetensors": random_weights(size)})
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    return project, repo_id
+
+
+def _sync_own(hub: Hub, project: Path, *rules: dict[str, Any]) -> tuple[Any, list[Any]]:
+    import json
+
+    hub.process.faults(*rules, lfs_served="hub")
+    hub.process.reset_stats()
+    synced = run_wlock("--no-progress", "sync", "--json", "--endpoint", hub.endpoint,
+                       cwd=project, env={"WLOCK_MIRROR_BLOCK": str(BLOCK)}, timeout=180)
+    gets = [e for e in hub.process.stats()["log"] if e["method"] == "GET"
+            and "/resolve/" in e["path"] and e["path"].endswith("model.safetensors")]
+    return (json.loads(synced.stdout) if synced.code == 0 else synced), gets
+
+
+def test_a_file_the_endpoint_serves_itself_comes_in_its_blocks(hub: Hub,
+                                                               tmp_path: Path) -> None:
+    size = 2 * BLOCK + 777
+    project, _ = _served_by_the_endpoint(hub, tmp_path, size)
+    report, gets = _sync_own(hub, project)
+    assert sorted(e["range"] for e in gets) == [
+        f"bytes=0-{BLOCK - 1}", f"bytes={BLOCK}-{2 * BLOCK - 1}",
+        f"bytes={2 * BLOCK}-{size - 1}"]
+    assert [e["why"] for e in report["engines"].values()] == [
+        "served by the endpoint itself (a mirror), 3 of its 4 MiB blocks at once"]
+    assert run_wlock("check", cwd=project).code == 0
+
+
+@pytest.mark.parametrize("fault", [
+    {"action": "truncate", "bytes": 1000},  # a block cut short
+    {"action": "range", "mode": "short"},  # fewer bytes than the range asked
+    {"action": "range", "mode": "wrong"},  # another range than the one asked
+    {"action": "corrupt"},  # one byte flipped: only the hash can tell
+])
+def test_a_block_gone_wrong_once_is_fetched_again(hub: Hub, tmp_path: Path,
+                                                   fault: dict[str, Any]) -> None:
+    """One block's answer goes wrong once: the file is fetched again and verified, never
+    published with a wrong block."""
+    size = 2 * BLOCK + 777
+    project, _ = _served_by_the_endpoint(hub, tmp_path, size)
+    report, gets = _sync_own(hub, project, {**fault, "listener": "hub", "times": 1,
+                                            "match": "/resolve/.*model.safetensors",
+                                            "method": "GET"})
+    assert isinstance(report, dict), report.stderr
+    assert len(gets) > 3  # a block went wrong, and the file was asked for again
+    assert run_wlock("check", cwd=project).code == 0
+
+
+def test_an_endpoint_that_ignores_ranges_serves_the_file_whole(hub: Hub,
+                                                               tmp_path: Path) -> None:
+    size = 2 * BLOCK + 777
+    project, _ = _served_by_the_endpoint(hub, tmp_path, size)
+    report, gets = _sync_own(hub, project, {"action": "range", "mode": "ignore",
+                                            "listener": "hub", "match": "/resolve/"})
+    assert isinstance(report, dict), report.stderr
+    assert [e["why"] for e in report["engines"].values()] == ["the server ignores ranges"]
+    # Its blocks' answers (the whole file each) were left at their heads; then one GET.
+    assert [(e["status"], e["bytes"]) for e in gets if e["range"] is None] == [(200, size)]
+    assert run_wlock("check", cwd=project).code == 0
+
+
+def test_an_endpoint_that_keeps_answering_the_wrong_range_fails_naming_it(
+        hub: Hub, tmp_path: Path) -> None:
+    size = 2 * BLOCK + 777
+    project, repo_id = _served_by_the_endpoint(hub, tmp_path, size)
+    result, _ = _sync_own(hub, project, {"action": "range", "mode": "wrong",
+                                         "listener": "hub", "match": "/resolve/"})
+    assert result.code == 5, result.stderr
+    assert f"{repo_id}/model.safetensors" in result.stderr
+    assert "the server answered bytes" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

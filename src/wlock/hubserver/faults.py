@@ -11,6 +11,8 @@
      "bridge_limit": 400 * 10**9,            # the bridge answers 400 above this size
      "xet_token": {"origin": "cdn", "seconds": 3},  # the xet-auth link on another origin
                                              # (the CDN's), and read tokens that expire soon
+     "lfs_served": "hub",                    # LFS files' bytes answered on /resolve/ itself,
+                                             # no redirect to the CDN (a mirror's or a proxy's way)
      "link": {"mb_per_s": 20, "delay_ms": 20, "reset_every": 0, "listener": "cdn",
               "burst_kb": 0, "ramp_ms": 0, "total_mb_per_s": 0},  # see Link
      "rules": [{"match": "/resolve/", "method": "GET", "listener": "hub", "times": 2,
@@ -210,6 +212,9 @@ class Faults:
         # which must never see the Hub's token), and read tokens' lifetime (None: an hour).
         self.xet_auth_listener = "hub"
         self.xet_token_seconds: int | None = None
+        # Where an LFS file's /resolve/ answer comes from: "cdn" (a redirect there, the Hub's
+        # way) or "hub" (its bytes, on the Hub's own listener: a mirror's or a proxy's way).
+        self.lfs_served = "cdn"
         self._rules: list[Rule] = []
         self.link = Link()
 
@@ -236,6 +241,9 @@ class Faults:
                 raise ValueError(f"unknown xet_token origin {self.xet_auth_listener!r}")
             seconds = xet_token.get("seconds")
             self.xet_token_seconds = None if seconds is None else int(seconds)
+            self.lfs_served = str(raw.get("lfs_served", "cdn"))
+            if self.lfs_served not in ("hub", "cdn"):
+                raise ValueError(f"unknown lfs_served {self.lfs_served!r}")
             self._rules = rules
             self.link = Link.from_json(raw.get("link") or {})
 

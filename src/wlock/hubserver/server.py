@@ -1008,6 +1008,14 @@ class _Handler(BaseHTTPRequestHandler):
                 404, "EntryNotFound", f"Entry not found: {path}", {"X-Repo-Commit": commit.sha}
             )
         headers = {"X-Repo-Commit": commit.sha}
+        if f.lfs and self.server.app.faults.lfs_served == "hub":
+            # A mirror's or a proxy's way (Faults.lfs_served): the bytes, here.
+            headers.update({"ETag": f'"{f.sha256}"', "X-Linked-Etag": f'"{f.sha256}"',
+                            "X-Linked-Size": str(f.size)})
+            if (blob := self.server.app.store.object_path(f.sha256)) is None:
+                raise _HttpError(404, "EntryNotFound", f"No bytes for {path}")
+            self._send_file(blob, f.size, headers, key=f.sha256)
+            return
         if f.lfs:
             cdn = self.server.app.cdn_url
             expires = int(time.time()) + 3600
