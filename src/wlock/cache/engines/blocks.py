@@ -28,7 +28,7 @@ from wlock.cache.engines import Aborted, FetchJob, OnBytes, Retryable
 from wlock.cache.engines.curl import Headers
 from wlock.cache.engines.small import SmallFiles
 from wlock.errors import HubUnreachableError
-from wlock.hashing import GrowingHash
+from wlock.hashing import GrowingHash, hash_file
 
 MIRROR_BLOCK = int(os.environ.get("WLOCK_MIRROR_BLOCK", 64 * 1024 * 1024))
 # Blocks in flight across the sync, at most: each holds a thread, a connection to the mirror
@@ -98,9 +98,9 @@ class Blocks:
             growing.close()
             for body in bodies:
                 body.close()
-        if digest is None:  # the hash could not follow the file (no mmap here)
-            from wlock.hashing import hash_file
-
+        if digest != job.etag:
+            # It could not follow the file (no mmap here), or a filesystem whose mappings
+            # lag its writes (FUSE) showed it other bytes: read it whole before blaming them.
             digest = hash_file(job.temp, job.hash_kind)
         return digest, job.size
 
