@@ -105,7 +105,7 @@ def test_a_mirror_is_read_in_its_own_blocks_several_at_once(hub: Hub, tmp_path: 
         assert synced.code == 0, synced.stderr
         log = hub.process.stats()["log"]
     report = json.loads(synced.stdout)
-    assert all("blocks at once" in e["why"] for e in report["engines"].values()), \
+    assert all("blocks, up to" in e["why"] for e in report["engines"].values()), \
         report["engines"]
     by_blob: dict[str, list[dict[str, Any]]] = {}
     for entry in log:
@@ -164,7 +164,7 @@ def test_a_file_the_endpoint_serves_itself_comes_in_its_blocks(hub: Hub,
         f"bytes=0-{BLOCK - 1}", f"bytes={BLOCK}-{2 * BLOCK - 1}",
         f"bytes={2 * BLOCK}-{size - 1}"]
     assert [e["why"] for e in report["engines"].values()] == [
-        "served by the endpoint itself (a mirror), 3 of its 4 MiB blocks at once"]
+        "served by the endpoint itself (a mirror), in its 4 MiB blocks, up to 3 at once"]
     assert run_wlock("check", cwd=project).code == 0
 
 

@@ -240,27 +240,20 @@ class Transfer:
 
     def _fetch_from_endpoint(self, job: FetchJob, url: str) -> tuple[str, int]:
         """A large file the endpoint serves itself: one GET when it is one mirror block,
-        else its blocks, BASE_CONNECTIONS shared by the large files in flight."""
+        else its blocks, several at once (engines.blocks.Slots)."""
         if job.size <= MIRROR_BLOCK:
             self.engines[job.label] = ("http", SAME_ORIGIN)
             return self.small.fetch(job)
-        with self._counting:
-            self._large_in_flight += 1
-            files = self._large_in_flight
-        blocks = -(-job.size // MIRROR_BLOCK)
-        streams = max(1, min(blocks, BASE_CONNECTIONS // files))
-        self.engines[job.label] = ("http", f"{SAME_ORIGIN}, {streams} of its "
-                                   f"{MIRROR_BLOCK >> 20} MiB blocks at once")
         try:
-            return self.blocks.fetch(job, url, streams)
+            done = self.blocks.fetch(job, url)
         except Retryable as e:
             if e.reason != "no-ranges":
                 raise
             self.engines[job.label] = ("http", "the server ignores ranges")
             return self.small.fetch(job)
-        finally:
-            with self._counting:
-                self._large_in_flight -= 1
+        self.engines[job.label] = ("http", f"{SAME_ORIGIN}, in its {MIRROR_BLOCK >> 20} MiB "
+                                   f"blocks, up to {self.blocks.most} at once")
+        return done
 
     def _fetch_xet(self, job: FetchJob, xet: XetFile, why: str) -> tuple[str, int]:
         done = self.xet.fetch_job(job, xet, self.route.http, self._on_bytes)
