@@ -189,7 +189,7 @@ class Transfer:
             # proxy, `wlock serve`). A pull-through mirror fetches its upstream in blocks of
             # its own, one upstream stream each; ranges across them made olah wait on them
             # or fetch them twice (4 x 128 MiB with an empty cache: 16.2 s and 1.63x the
-            # bytes upstream). Its own blocks, a few at once (engines.blocks says why);
+            # bytes upstream). Its own blocks, several at once (engines.blocks says why);
             # --connections still asks for hf_transfer's ranges.
             return self._fetch_from_endpoint(job, url)
         with self._counting:

@@ -1,5 +1,5 @@
 """A large file the endpoint serves itself (a mirror, a proxy, `wlock serve`): in blocks of
-MIRROR_BLOCK aligned to the file's start, a few at once, each one ranged GET through libcurl
+MIRROR_BLOCK aligned to the file's start, several at once, each one ranged GET through libcurl
 (engines.small's client), streamed to where it belongs in the temp file and hashed in order as
 the file fills from its start.
 
@@ -37,7 +37,7 @@ MIRROR_BLOCK = int(os.environ.get("WLOCK_MIRROR_BLOCK", 64 * 1024 * 1024))
 # block upstream. Measured through olah (4 x 512 MiB, the emulator upstream paced to 20 MB/s
 # a stream; snapshot_download 14.7 s, past the mirror), blocks at once for the whole sync:
 # empty cache, 8: 22.7 s, 16: 15.0 s, 32: 13.1 s; full cache, 8: 5.5-5.8 s, 16: 6.0-6.3 s,
-# 32: 6.4-7.1 s (one GET a file 4.35 s). olah serves one file's blocks at once worse than
+# 32: 6.4-8.2 s (one GET a file 4.35 s). olah serves one file's blocks at once worse than
 # several files' (a file's 8 blocks at once: 77-105 MB/s in all, where 8 spread over 4 files
 # took 3.4 s for 512 MiB). A level that doubled while a round of blocks brought 1.25x the
 # rate of the one before stopped at 16 or 8 on the empty cache (18-19.5 s): olah's rate

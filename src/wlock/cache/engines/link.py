@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wlock.cache.engines import FetchJob, Retryable, link_record
+from wlock.cache.engines.blocks import IN_FLIGHT
 from wlock.cache.engines.link_record import Verdict
 from wlock.cache.engines.route import Route
 from wlock.errors import HubError
@@ -337,9 +338,9 @@ class Link:
                 if self.route.own(url):
                     # No CDN: the endpoint serves the files itself, in its blocks
                     # (engines.blocks says why); nothing to probe.
-                    return LinkTuning(0.0, 0.0, max(1, BASE_CONNECTIONS // max(1, files)),
-                                      files, "the endpoint serves the files itself (a "
-                                      "mirror): in its blocks")
+                    return LinkTuning(0.0, 0.0, -(-IN_FLIGHT // max(1, files)), files,
+                                      "the endpoint serves the files itself (a mirror): "
+                                      "in its blocks")
                 one, four = self._one_then_four(url)
                 one, more_help = capped(one, four, lambda: self._probe(url, 1))
             except (HubError, httpx2.HTTPError, OSError, Retryable,
