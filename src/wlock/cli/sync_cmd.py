@@ -40,7 +40,9 @@ if TYPE_CHECKING:
               help="HTTP connections shared by the large files in flight (hf_transfer "
               "ranges). Default: found from the link, up to 32 a CPU core within a quarter "
               "of free memory (a sync of 256 MiB or more first reads 1 MiB with one stream "
-              "and with four, once per cache in 10 minutes; 8 where more do not help).")
+              "and with four, once per cache in 10 minutes; 8 where more do not help). "
+              "From an endpoint that serves the files itself (a mirror such as olah), the "
+              "default asks for its 64 MiB blocks, 32 at once in all.")
 @click.option("--engine", type=click.Choice(["auto", "xet", "hf_transfer"]), default="auto",
               show_default=True,
               help="What fetches large files. auto: hf_transfer (parallel ranges, fastest "
