@@ -27,7 +27,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from wlock.cache.engines import Aborted, FetchJob, OnBytes, Retryable
 from wlock.cache.engines.curl import Headers
-from wlock.cache.engines.small import SmallFiles
+from wlock.cache.engines.small import NEW_FILE, SmallFiles, write_all
 from wlock.errors import HubUnreachableError
 from wlock.hashing import GrowingHash, hash_file
 
@@ -111,7 +111,7 @@ class Blocks:
         raises Retryable "no-ranges" before a byte is written."""
         spans = [(start, min(start + MIRROR_BLOCK, job.size))
                  for start in range(0, job.size, MIRROR_BLOCK)]
-        os.close(os.open(job.temp, _NEW_FILE, 0o666))  # empty: a retry starts afresh
+        os.close(os.open(job.temp, NEW_FILE, 0o666))  # empty: a retry starts afresh
         stop = threading.Event()
         bodies = [_BlockBody(job, start, end, self._on_bytes, stop) for start, end in spans]
         growing = GrowingHash(job.temp, job.hash_kind, job.size)
@@ -222,9 +222,7 @@ class _BlockBody:
             raise Retryable(HubUnreachableError(
                 f"{self.job.label}: the server sent more than bytes {self.start}-"
                 f"{self.end - 1}", repo=self.job.repo_id, subject=self.job.label))
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(self.fd, view):]
+        write_all(self.fd, chunk)
         self.written += len(chunk)
         self._on_bytes(self.job, len(chunk))
 
@@ -243,6 +241,4 @@ class _BlockBody:
             self.fd = None
 
 
-_FLAGS = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _FLAGS
-_OPEN_FILE = os.O_WRONLY | _FLAGS
+_OPEN_FILE = NEW_FILE & ~(os.O_CREAT | os.O_TRUNC)  # the file fetch() made

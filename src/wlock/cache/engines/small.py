@@ -263,7 +263,7 @@ class _SmallBody:
         self.close()
         # os.open, not open(): a file object adds an fstat, an isatty ioctl and an lseek,
         # each a handoff of the GIL among dozens of threads.
-        self.fd = os.open(self.job.temp, _NEW_FILE, 0o666)
+        self.fd = os.open(self.job.temp, NEW_FILE, 0o666)
         self.digest = new_digest(self.job.hash_kind, self.job.size)
         self.on_bytes(self.job, -self.written)
         self.written = 0
@@ -271,7 +271,7 @@ class _SmallBody:
 
     def write(self, chunk: bytes) -> None:
         assert self.fd is not None
-        _write_all(self.fd, chunk)
+        write_all(self.fd, chunk)
         self.digest.update(chunk)
         self.written += len(chunk)
         self.on_bytes(self.job, len(chunk))
@@ -282,11 +282,11 @@ class _SmallBody:
             self.fd = None
 
 
-_NEW_FILE = (os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
-             | getattr(os, "O_BINARY", 0))  # Windows would otherwise translate newlines
+NEW_FILE = (os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+            | getattr(os, "O_BINARY", 0))  # Windows would otherwise translate newlines
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     """os.write until all of `data` is written (a write to a file may be short)."""
     while (n := os.write(fd, data)) < len(data):
         data = data[n:]
