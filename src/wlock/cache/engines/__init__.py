@@ -12,7 +12,7 @@ happen once, in wlock.cache.sync, for every engine alike.
                     (hf_transfer_worker.py)
     small.py        small files through libcurl (curl.py), and how many at once (SmallGate)
     blocks.py       large files the endpoint serves itself (a mirror): in its blocks,
-                    a few at once, through small.py's libcurl
+                    several at once, through small.py's libcurl
     xet.py          large files through hf_xet, from the Hub's CAS
     chunks.py       chunk-level upgrades: a file put together from its cached revision and
                     the xorb ranges that changed

@@ -109,17 +109,15 @@ class Blocks:
         """`job` from `url` (the endpoint's own) into its temp file, its blocks in flight
         as the sync's Slots allow: its digest and size. A server that ignores Range
         raises Retryable "no-ranges" before a byte is written."""
-        spans = [(start, min(start + MIRROR_BLOCK, job.size))
-                 for start in range(0, job.size, MIRROR_BLOCK)]
         os.close(os.open(job.temp, NEW_FILE, 0o666))  # empty: a retry starts afresh
         stop = threading.Event()
-        bodies = [_BlockBody(job, start, end, self._on_bytes, stop) for start, end in spans]
+        bodies = [_BlockBody(job, start, min(start + MIRROR_BLOCK, job.size), self._on_bytes,
+                             stop) for start in range(0, job.size, MIRROR_BLOCK)]
         growing = GrowingHash(job.temp, job.hash_kind, job.size)
         with self.slots.file():
-            return self._fetch(job, url, spans, bodies, growing, stop)
+            return self._fetch(job, url, bodies, growing, stop)
 
-    def _fetch(self, job: FetchJob, url: str, spans: list[tuple[int, int]],
-               bodies: list[_BlockBody], growing: GrowingHash,
+    def _fetch(self, job: FetchJob, url: str, bodies: list[_BlockBody], growing: GrowingHash,
                stop: threading.Event) -> tuple[str, int]:
         pool = self._threads()
         running: dict[Future[None], int] = {}  # -> its block
@@ -149,7 +147,7 @@ class Blocks:
                     following += 1
                 if self._aborted.is_set():
                     failure = failure or Aborted()
-                written = spans[following][0] + bodies[following].written \
+                written = bodies[following].start + bodies[following].written \
                     if following < len(bodies) else job.size
                 # A block at a time: the next blocks are asked for while it catches up.
                 growing.advance(min(written, growing.hashed + MIRROR_BLOCK))
