@@ -134,13 +134,11 @@ def test_every_entry_of_the_real_layouts_loads_and_a_missing_library_is_skipped(
         expected = "skipped" if library == "timm" else "loaded"
         assert loads[repo_id]["status"] == expected, loads[repo_id]
         assert loads[repo_id]["library"] == library
-    assert "timm is not installed" in loads[ids["timm"]]["reason"]
-    entry = read_lock(folder / "weights.lock").find("model", ids["transformers"])
-    assert entry is not None
-    shards = [f.path for f in entry.files if f.path.startswith("model-0")]
+    print(said)
+    assert "wlock has no load for timm" in loads[ids["timm"]]["reason"]
     bert = loads[ids["transformers"]]["did"]
-    assert len(shards) > 1 and bert == [
-        "config", "tokenizer", f"weights ({len(shards)} files, 39 tensors in their headers)"]
+    assert bert == ["config", "tokenizer", "weights (every tensor's shape checked by "
+                                           "transformers on the meta device)"]
     assert loads[ids["datasets"]]["did"] == ["en/train (8 rows)"]
     assert f"skipped  model {ids['timm']}" in said and "Loads: 5 loaded, 0 failed, 1 skipped" \
         in said

@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,66 +78,135 @@ def installed(python: str, libraries: set[str]) -> set[str]:
     code = ("import importlib.util, json, sys; print(json.dumps([m for m in sys.argv[1:] "
             "if importlib.util.find_spec(m)]))")
     done = subprocess.run([python, "-c", code, *modules], capture_output=True, text=True,
-                          check=False)
+                          check=False, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         return set()
     return {modules[m] for m in json.loads(done.stdout.strip().splitlines()[-1])}
 
 
+# What `pip install` brings each library (the import name is not always the package's).
+PACKAGES = {"transformers": "transformers torch", "sentence-transformers":
+            "sentence-transformers", "diffusers": "diffusers torch", "peft": "peft torch",
+            "gguf": "gguf", "datasets": "datasets", "timm": "timm", "open_clip":
+            "open_clip_torch"}
+
+
 def load_entries(
     lock: Lock, cache_dir: Path, python: str,
-    on_entry: Callable[[EntryLoad], None] | None = None,
+    on_entry: Callable[[EntryLoad], None] | None = None, skip_missing: bool = False,
 ) -> tuple[EntryLoad, ...]:
     """Load every entry of `lock` offline from `cache_dir` with `python`; never raises for a
-    failed load (it is an EntryLoad)."""
+    failed load (it is an EntryLoad). An entry whose library `python` lacks fails, naming
+    the install; `skip_missing` (`--skip-missing-libraries`) makes it a skip."""
     wanted = {repo.key: library_of(repo) for repo in lock.repos}
     here = installed(python, {lib for lib in wanted.values() if lib})
     results = []
     with tempfile.TemporaryDirectory(prefix="wlock-load-") as scratch:
         for repo in lock.repos:
             library = wanted[repo.key]
-            result = _load(repo, library, here, cache_dir, python, Path(scratch))
+            result = _load(lock, repo, library, here, cache_dir, python, Path(scratch),
+                           skip_missing)
             results.append(result)
             if on_entry:
                 on_entry(result)
     return tuple(results)
 
 
-def _load(repo: LockedRepo, library: str | None, here: set[str], cache_dir: Path,
-          python: str, scratch: Path) -> EntryLoad:
+def _load(lock: Lock, repo: LockedRepo, library: str | None, here: set[str], cache_dir: Path,
+          python: str, scratch: Path, skip_missing: bool) -> EntryLoad:
     def skipped(reason: str) -> EntryLoad:
         return EntryLoad(repo.kind, repo.id, repo.revision, library, "skipped", reason=reason)
 
     if library is None:
         return skipped(f"loader {repo.loader or 'all'!r} names no library, nor do its files")
-    if library not in here:
-        return skipped(f"{LIBRARIES[library]} is not installed for {python}")
     if library not in PROBED:
         return skipped(f"wlock has no load for {library} yet")
+    if library not in here:
+        reason = (f"{LIBRARIES[library]} is not installed for {python}: "
+                  f"`{python} -m pip install {PACKAGES[library]}` (or `uv add "
+                  f"{PACKAGES[library]}`) brings it")
+        if skip_missing:
+            return skipped(reason)
+        return EntryLoad(repo.kind, repo.id, repo.revision, library, "failed", error=reason,
+                         reason="library missing (--skip-missing-libraries skips such "
+                                "entries)")
+    snapshot = RepoPaths.of(cache_dir, repo).snapshot(repo.revision)
     entry = {
         "library": library, "kind": repo.kind, "id": repo.id, "revision": repo.revision,
         "files": [f.path for f in repo.files], "variant": repo.variant,
         "config": repo.config, "split": split_names(repo.split) if repo.split else None,
-        "remote_code": bool(repo.remote_code),
-        "snapshot": str(RepoPaths.of(cache_dir, repo).snapshot(repo.revision)),
+        "remote_code": bool(repo.remote_code), "snapshot": str(snapshot),
+        "base": _named_base(lock, repo), "adapters": _adapters(repo),
     }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "HF_HUB_CACHE": str(cache_dir),
            # datasets writes its Arrow tables here: a load that proves, not one that keeps.
            "HF_DATASETS_CACHE": str(scratch / "datasets"),
            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-    done = subprocess.run([python, str(PROBE), json.dumps(entry)], env=env,
-                          capture_output=True, text=True, check=False)
-    lines = done.stdout.strip().splitlines()
+    answer_path = scratch / "answer.json"
+    answer_path.unlink(missing_ok=True)
+    # No standard input: a library that asks (transformers' remote-code `[y/N]`) reads EOF
+    # and fails at once, with its own words, instead of waiting.
+    done = subprocess.run([python, str(PROBE), json.dumps(entry), str(answer_path)], env=env,
+                          capture_output=True, text=True, check=False,
+                          stdin=subprocess.DEVNULL)
     try:
-        answer = json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:
+        answer = json.loads(answer_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         answer = None
     if not isinstance(answer, dict):
         tail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         return EntryLoad(repo.kind, repo.id, repo.revision, library, "failed",
                          error=f"the load's process died: {tail}")
-    return EntryLoad(repo.kind, repo.id, repo.revision, library,
-                     "loaded" if answer.get("ok") else "failed",
-                     did=tuple(answer.get("did") or ()), error=answer.get("error"),
-                     wanted=answer.get("wanted"))
+    did = tuple(answer.get("did") or ())
+    if not answer.get("ok"):
+        # A library that globs (datasets) fails without naming what is gone: a locked file
+        # the snapshot lacks is the cause `check` reports too.
+        wanted = answer.get("wanted") or next(
+            (f.path for f in repo.files if not (snapshot / f.path).exists()), None)
+        return EntryLoad(repo.kind, repo.id, repo.revision, library, "failed", did=did,
+                         error=answer.get("error"), wanted=wanted)
+    left_out = _asked_and_left_out(repo, answer.get("asked") or ())
+    if left_out:
+        return EntryLoad(
+            repo.kind, repo.id, repo.revision, library, "failed", did=did, wanted=left_out[0],
+            error=f"{library} asked for {', '.join(left_out)}, which the repo has at this "
+                  "commit and the lock leaves out (skipped): the load goes on without "
+                  f"{'it' if len(left_out) == 1 else 'them'}, and code that reads "
+                  f"{'it' if len(left_out) == 1 else 'them'} fails")
+    return EntryLoad(repo.kind, repo.id, repo.revision, library, "loaded", did=did)
+
+
+def _named_base(lock: Lock, repo: LockedRepo) -> dict[str, str] | None:
+    """The adapter's base as weights.toml names it (`base = "org/name@ref"`), at its locked
+    commit: what the probe loads the adapter on instead of `base_model_name_or_path`."""
+    if not repo.base:
+        return None
+    base_id = repo.base.partition("@")[0]
+    found = lock.find("model", base_id)
+    return {"id": base_id, "revision": found.revision if found else repo.base.partition("@")[2]
+            or "main"}
+
+
+def _adapters(repo: LockedRepo) -> list[str]:
+    """The adapters a PEFT repo holds beside its first, each a folder with its own
+    adapter_config.json (`save_pretrained` with several adapters writes them so): those
+    locked and those the lock records as left out."""
+    if library_of(repo) != "peft":
+        return []
+    paths = [f.path for f in repo.files] + list(repo.skipped)
+    return sorted({p.rsplit("/", 1)[0] for p in paths
+                   if p.endswith("/adapter_config.json") and p.count("/") == 1})
+
+
+def _asked_and_left_out(repo: LockedRepo, asked: Sequence[dict[str, str]]) -> list[str]:
+    """The files the library asked of this repo that the lock records as left out (a path,
+    or a folder written `onnx/`): the repo has them and the library reads them."""
+    out = []
+    for item in asked:
+        path = item.get("path", "")
+        if item.get("repo") not in ("", repo.id) or path in out:
+            continue
+        if any(path == s or (s.endswith("/") and path.startswith(s)) for s in repo.skipped):
+            out.append(path)
+    return out

@@ -26,9 +26,13 @@ if TYPE_CHECKING:
 @click.option("--python", "python", metavar="PATH", default=None,
               help="The interpreter --load uses (default: $VIRTUAL_ENV's, else the "
                    "project's .venv, else wlock's own).")
+@click.option("--skip-missing-libraries", "skip_missing", is_flag=True,
+              help="With --load: an entry whose library the interpreter lacks is skipped, "
+                   "not failed (a machine without the ML stack).")
 @lock_option
 @common_options
-def check(jobs: int | None, load: bool, python: str | None, settings: Settings) -> None:
+def check(jobs: int | None, load: bool, python: str | None, skip_missing: bool,
+          settings: Settings) -> None:
     """Re-hash every locked file in the cache and compare it with weights.lock.
 
     Reports each missing file, wrong link, wrong size and wrong bytes, with its repo and path;
@@ -36,21 +40,26 @@ def check(jobs: int | None, load: bool, python: str | None, settings: Settings) 
     that another project sharing the cache moved is a note, not a failure. Makes no network
     request. `wlock sync --verify` repairs what it finds.
 
-    With --load, each entry is then loaded offline from the cache, as code would load it,
-    by the library its loader names, in a process of its own: transformers runs its whole
-    from_pretrained up to the point where it has found its checkpoint files (config,
-    tokenizer, processor and remote code for real; weights by their headers, never
-    materialized); GGUF files are opened by llama.cpp's reader; datasets load by config and
-    split as locked (the Arrow tables go to a temporary folder); sentence-transformers and
-    diffusers have no load without weights and load them on CPU. One line per entry:
-    loaded, failed with the library's own error and the file it wanted, or skipped (its
-    library is not installed for that Python). Exits 1 when any load fails.
+    With --load, each entry is then loaded offline from the cache as code loads it, through
+    its library's own entry point, by repo id at its locked commit, in a process of its own,
+    so the library asks for what it needs: transformers' AutoConfig, the tokenizer and
+    processor its pipeline() would load, and the model's from_pretrained (on transformers
+    5 every tensor's shape is checked by transformers on the meta device, no weight byte
+    read); a PEFT adapter by AutoPeftModel (or on weights.toml's `base`), and every other
+    adapter of the repo; GGUF files and each split part by llama.cpp's reader; datasets by
+    config and split as locked (the Arrow tables go to a temporary folder);
+    sentence-transformers and diffusers load on CPU. One line per entry: loaded, or failed
+    with the library's own error and the file it wanted. A load that asked for a file the
+    lock leaves out fails too. An entry whose library is not installed for that Python
+    fails, naming the install, unless --skip-missing-libraries. Exits 1 when any load
+    fails.
 
     \b
     Examples:
       wlock check
       wlock check --load                  # in CI, after `wlock sync`
       wlock check --load --python .venv/bin/python
+      wlock check --load --skip-missing-libraries   # no ML stack on this runner
       wlock check --json > report.json
       HF_HOME=/nvme/hf wlock check
     """
@@ -85,7 +94,10 @@ def check(jobs: int | None, load: bool, python: str | None, settings: Settings) 
         else:
             info(f"{count(len(report.problems), 'problem')} in {report.cache_dir} ({summary}). "
                  "Run `wlock sync --verify` to repair.")
-    loads = _load(lock, settings, python) if load else ()
+    if skip_missing and not load:
+        raise UsageError("--skip-missing-libraries is a flag of --load",
+                         hint="Run `wlock check --load --skip-missing-libraries`.")
+    loads = _load(lock, settings, python, skip_missing) if load else ()
     if settings.json:
         emit({
             "ok": report.ok and all(e.status != "failed" for e in loads),
@@ -100,7 +112,8 @@ def check(jobs: int | None, load: bool, python: str | None, settings: Settings) 
         raise SystemExit(ExitCode.CHECK_FAILED)
 
 
-def _load(lock: Lock, settings: Settings, python: str | None) -> tuple[EntryLoad, ...]:
+def _load(lock: Lock, settings: Settings, python: str | None,
+          skip_missing: bool) -> tuple[EntryLoad, ...]:
     from wlock.cache.loadcheck import load_entries, project_python
 
     if python is None:
@@ -112,7 +125,8 @@ def _load(lock: Lock, settings: Settings, python: str | None) -> tuple[EntryLoad
     if not settings.json:
         info(f"Loading {count(len(lock.repos), 'entry', 'entries')} offline with {python} ...")
     loads = load_entries(lock, settings.cache_dir, python,
-                         on_entry=None if settings.json else _say)
+                         on_entry=None if settings.json else _say,
+                         skip_missing=skip_missing)
     if not settings.json:
         tally = {s: sum(e.status == s for e in loads) for s in ("loaded", "failed", "skipped")}
         info(f"Loads: {tally['loaded']} loaded, {tally['failed']} failed, "

@@ -318,6 +318,7 @@ def select(paths: frozenset[str], read: Read, config: str | None = None,
             raise LoaderProblem(f"{where} has no split {', '.join(missing) or repr(split)}",
                                 f"Its splits: {', '.join(patterns)}.")
         recorded = recorded_splits(data, name if found else None)
+        named = found and found[name].get("data_files") is not None
         if recorded and set(patterns) - set(wanted):
             # load_dataset(..., split=) still prepares every split of the config and, with
             # the card's dataset_info, verifies each against it (`verify_splits`: a split
@@ -326,6 +327,13 @@ def select(paths: frozenset[str], read: Read, config: str | None = None,
             notes.append(f"split {split!r} asked, but the card's dataset_info records "
                          f"{', '.join(recorded)} of {where} and load_dataset verifies every "
                          "split it prepares: every split's files locked")
+        elif named and set(patterns) - set(wanted):
+            # The card names each split's data_files: `load_dataset(..., split=)` resolves
+            # every split's patterns of the config (`DataFilesDict.from_patterns`, a pattern
+            # matching nothing is FileNotFoundError) and prepares them all.
+            notes.append(f"split {split!r} asked, but the card names data_files for "
+                         f"{', '.join(patterns)} of {where} and load_dataset resolves and "
+                         "prepares every one: every split's files locked")
         else:
             patterns = {s: patterns[s] for s in wanted}
     chosen: set[str] = set()

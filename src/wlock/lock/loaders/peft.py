@@ -1,7 +1,8 @@
 """`PeftModel.from_pretrained(base, id)` / `AutoPeftModelFor...(id)`: the adapter and its base.
 
 Mirrors peft's `PeftConfig.from_pretrained` (adapter_config.json) and `load_peft_weights`
-(adapter_model.safetensors, else adapter_model.bin); every other file is kept (the tokenizer
+(adapter_model.safetensors, else adapter_model.bin), for the first adapter and for each other
+one `save_pretrained` wrote into a folder of its own (`others`); every other file is kept (the tokenizer
 AutoPeftModel loads when the adapter carries one, in any folder) but what `loaders.unread`
 names (the Trainer's `checkpoint-N/` folders and optimizer state, other formats). The base
 model named by `base_model_name_or_path` is a requirement, at the adapter's `revision` when
@@ -16,6 +17,19 @@ from wlock.lock.loaders import Choice, LoaderProblem, Read, Requirement, beside,
 from wlock.lock.names import ref_problem, repo_id_problem
 
 NAMES = ("adapter_model.safetensors", "adapter_model.bin")
+
+
+def others(paths: frozenset[str], read: Read, folder: str = "") -> list[str]:
+    """The weights of every other adapter beside the one in `folder`: `PeftModel.
+    save_pretrained` writes each adapter but `default` into a folder named after it
+    (`<name>/adapter_config.json` + `<name>/adapter_model.safetensors`, peft_model.py), and
+    `load_adapter(..., subfolder=name)` reads them as it reads the first (`load_peft_weights`:
+    safetensors, else the `.bin`). Nested deeper is not a layout peft writes."""
+    found: list[str] = []
+    for config in sorted(p for p in paths if p.endswith("/adapter_config.json")
+                         and p.startswith(folder) and p[len(folder):].count("/") == 1):
+        found += weights(paths, config.removesuffix("adapter_config.json"), NAMES, read) or []
+    return found
 
 
 def select(paths: frozenset[str], read: Read, variant: str | None,
@@ -35,7 +49,7 @@ def select(paths: frozenset[str], read: Read, variant: str | None,
     if chosen is None:
         raise LoaderProblem("no adapter_model.safetensors or adapter_model.bin",
                             "The repo is not a loadable adapter at this ref.")
-    kept = beside(paths, chosen)
+    kept = beside(paths, [*chosen, *others(paths, read)])
     if named is not None:
         repo, _, ref = named.partition("@")
         return Choice(kept, requires=(Requirement(
