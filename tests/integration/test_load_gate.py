@@ -134,11 +134,13 @@ def test_every_entry_of_the_real_layouts_loads_and_a_missing_library_is_skipped(
         expected = "skipped" if library == "timm" else "loaded"
         assert loads[repo_id]["status"] == expected, loads[repo_id]
         assert loads[repo_id]["library"] == library
-    print(said)
     assert "wlock has no load for timm" in loads[ids["timm"]]["reason"]
     bert = loads[ids["transformers"]]["did"]
-    assert bert == ["config", "tokenizer", "weights (every tensor's shape checked by "
-                                           "transformers on the meta device)"]
+    import transformers
+
+    weights = "weights (loaded on CPU)" if transformers.__version__.startswith("4.") else \
+        "weights (every tensor's shape checked by transformers on the meta device)"
+    assert bert == ["config", "tokenizer", weights]
     assert loads[ids["datasets"]]["did"] == ["en/train (8 rows)"]
     assert f"skipped  model {ids['timm']}" in said and "Loads: 5 loaded, 0 failed, 1 skipped" \
         in said

@@ -395,7 +395,8 @@ def _wanted(error: str, entry: dict[str, Any]) -> str | None:
     mine = [path for repo, path in _missed if repo in ("", entry["id"])]
     if named:
         return min(named, key=lambda n: mine.index(n) if n in mine else len(mine))
-    return mine[-1] if mine else None
+    last = _missed[-1] if _missed else None
+    return last[1] if last and last[0] in ("", entry["id"]) else None
 
 
 LOADERS: dict[str, Callable[[dict[str, Any], list[str]], None]] = {

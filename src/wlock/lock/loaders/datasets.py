@@ -318,7 +318,7 @@ def select(paths: frozenset[str], read: Read, config: str | None = None,
             raise LoaderProblem(f"{where} has no split {', '.join(missing) or repr(split)}",
                                 f"Its splits: {', '.join(patterns)}.")
         recorded = recorded_splits(data, name if found else None)
-        named = found and found[name].get("data_files") is not None
+        named = bool(found) and name is not None and found[name].get("data_files") is not None
         if recorded and set(patterns) - set(wanted):
             # load_dataset(..., split=) still prepares every split of the config and, with
             # the card's dataset_info, verifies each against it (`verify_splits`: a split

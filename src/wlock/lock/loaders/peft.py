@@ -1,12 +1,13 @@
 """`PeftModel.from_pretrained(base, id)` / `AutoPeftModelFor...(id)`: the adapter and its base.
 
 Mirrors peft's `PeftConfig.from_pretrained` (adapter_config.json) and `load_peft_weights`
-(adapter_model.safetensors, else adapter_model.bin), for the first adapter and for each other
-one `save_pretrained` wrote into a folder of its own (`others`); every other file is kept (the tokenizer
-AutoPeftModel loads when the adapter carries one, in any folder) but what `loaders.unread`
-names (the Trainer's `checkpoint-N/` folders and optimizer state, other formats). The base
-model named by `base_model_name_or_path` is a requirement, at the adapter's `revision` when
-it names one: AutoPeftModel loads it with `revision=config.revision`, which is `main` when unset.
+(adapter_model.safetensors, else adapter_model.bin), for the first adapter and for each
+other one `save_pretrained` wrote into a folder of its own (`others`); every other file is
+kept (the tokenizer AutoPeftModel loads when the adapter carries one, in any folder) but what
+`loaders.unread` names (the Trainer's `checkpoint-N/` folders and optimizer state, other
+formats). The base model named by `base_model_name_or_path` is a requirement, at the
+adapter's `revision` when it names one: AutoPeftModel loads it with `revision=config.revision`,
+which is `main` when unset.
 """
 
 from __future__ import annotations

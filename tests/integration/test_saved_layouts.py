@@ -1,0 +1,176 @@
+"""Layouts the libraries' own save functions write, each added with the default flags, synced,
+and loaded back offline by the library (issue 57): a merged model uploaded with its LoRA
+files, the older AutoGPTQ layout, a dataset card naming one `data_files` entry per split, a
+sentence-transformers Router saved with the legacy `config.json`. (PEFT with several adapters:
+tests/integration/test_load_gate_breakages.py, whose gate loads the second adapter from the
+synced snapshot through peft's `load_adapter`.)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Hub, run_wlock
+from tests.integration import test_datasets_real as data
+from tests.integration.test_load_gate_breakages import gpt2
+from tests.integration.test_loaders_real import add_and_sync, offline, publish, tiny_bert
+from wlock.lock.lockfile import read_lock
+
+torch = pytest.importorskip("torch")
+
+
+def test_a_merged_model_uploaded_with_its_lora_files_loads_offline(hub: Hub, tmp_path: Path
+                                                                   ) -> None:
+    """With peft installed, `from_pretrained` loads an adapter whenever adapter_config.json
+    is there, on the base it names: the adapter's weights and that base are locked, and it
+    loads by id under `wlock run`. Seen failing with adapter_model.safetensors left out (the
+    load's OSError)."""
+    from peft import LoraConfig, get_peft_model
+
+    base = gpt2(tmp_path / "base")
+    base_id, _ = publish(hub, "merged-base", tmp_path / "base", "transformers")
+    model = get_peft_model(base, LoraConfig(r=4, target_modules=["c_attn"],
+                                            init_lora_weights=False))
+    model.peft_config["default"].base_model_name_or_path = base_id
+    folder = tmp_path / "merged"
+    model.save_pretrained(folder, save_embedding_layers=False)
+    model.eval()
+    with torch.no_grad():
+        expected = model(torch.tensor([[1, 2, 3, 4]])).logits.flatten().tolist()
+    model.merge_and_unload().save_pretrained(folder)
+    repo_id, _ = publish(hub, "merged", folder, "transformers")
+    project, cache, _ = add_and_sync(hub, tmp_path, repo_id)
+    lock = read_lock(project / "weights.lock")
+    entry = lock.find("model", repo_id)
+    assert entry is not None and entry.requires == (base_id,)
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= {f.path for f in entry.files}
+    script = tmp_path / "load.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, torch
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained({repo_id!r})
+        with torch.no_grad():
+            print(json.dumps(model(torch.tensor([[1, 2, 3, 4]])).logits.flatten().tolist()))
+    """))
+    ran = run_wlock("run", "--cache-dir", str(cache), "--", sys.executable, str(script),
+                    cwd=project, env={"HF_HUB_OFFLINE": "1"})
+    assert ran.code == 0, ran.stderr[-3000:]
+    assert json.loads(ran.stdout.strip().splitlines()[-1]) == pytest.approx(expected, abs=1e-5)
+    # Pinned, it does not load: transformers passes the adapter repo's revision on to the
+    # base (`from_pretrained(id, revision=commit)` asks for the base at that commit), and
+    # the gate, loading as pinned code does, says so naming the base's file.
+    gate = run_wlock("check", "--load", "--python", sys.executable, "--cache-dir", str(cache),
+                     "--json", cwd=project)
+    loads = {e["repo_id"]: e for e in json.loads(gate.stdout)["loads"]}
+    assert gate.code == 1 and loads[base_id]["status"] == "loaded", gate.stdout
+    assert f"{base_id}'s config.json" in loads[repo_id]["error"], loads[repo_id]
+    assert loads[repo_id]["wanted"] is None
+
+
+def test_the_older_autogptq_layout_keeps_the_weights_its_config_names(hub: Hub, tmp_path: Path
+                                                                      ) -> None:
+    """`gptq_model-4bit-128g.safetensors` + `quantize_config.json`, as TheBloke's thousands of
+    repos are. AutoGPTQ (CUDA kernels, no wheel for this machine) cannot be installed here, so
+    the layout is built byte-faithful to such a repo (the files and names AutoGPTQ 0.7's
+    `save_quantized` writes, quantize_config.json as it writes it) and its weights are read
+    back offline by safetensors, the reader `from_quantized` loads them with. Seen failing
+    with the weights left out."""
+    from safetensors.torch import save_file
+
+    folder = tiny_bert(tmp_path / "gptq")
+    (folder / "model.safetensors").unlink()
+    tensors = {"model.layers.0.self_attn.q_proj.qweight": torch.zeros((2, 16), dtype=torch.int32),
+               "model.layers.0.self_attn.q_proj.scales": torch.ones((1, 16), dtype=torch.float16)}
+    save_file(tensors, str(folder / "gptq_model-4bit-128g.safetensors"), {"format": "pt"})
+    (folder / "quantize_config.json").write_text(json.dumps({
+        "bits": 4, "group_size": 128, "damp_percent": 0.01, "desc_act": False,
+        "static_groups": False, "sym": True, "true_sequential": True,
+        "model_name_or_path": None, "model_file_base_name": None}, indent=2))
+    repo_id, _ = publish(hub, "gptq", folder, "transformers")
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id)
+    locked = {f.path for f in read_lock(project / "weights.lock").repos[0].files}
+    assert {"gptq_model-4bit-128g.safetensors", "quantize_config.json"} <= locked
+    result = offline("""
+        import json, sys
+        from huggingface_hub import hf_hub_download
+        from safetensors.torch import load_file
+        repo, revision = sys.argv[1:3]
+        config = json.load(open(hf_hub_download(repo, "quantize_config.json", revision=revision)))
+        name = f"gptq_model-{config['bits']}bit-{config['group_size']}g.safetensors"
+        print(json.dumps(sorted(load_file(hf_hub_download(repo, name, revision=revision)))))
+    """, cache, repo_id, revision)
+    assert result == sorted(tensors)
+
+
+def test_a_card_naming_data_files_per_split_loads_one_split_offline(hub: Hub, tmp_path: Path
+                                                                    ) -> None:
+    """`configs: [{config_name: c137, data_files: [{split: train, path: ...}, {split: test,
+    ...}]}]` after another config, added with `--config c137 --split test`: load_dataset
+    resolves every split's data_files of the config, so the train file is locked too. Seen failing (FileNotFoundError
+    for c137/train.jsonl) with the test split's file alone."""
+    card = textwrap.dedent("""\
+        ---
+        configs:
+        - config_name: other
+          data_files:
+          - split: train
+            path: other/train.jsonl
+        - config_name: c137
+          data_files:
+          - split: train
+            path: c137/train.jsonl
+          - split: test
+            path: c137/test.jsonl
+        ---
+        # per-split data files
+    """)
+    rows = {split: [{"text": f"{split} {i}"} for i in range(3)] for split in ("train", "test")}
+    files = {"README.md": card.encode(), "other/train.jsonl": b'{"text": "x"}\n',
+             **{f"c137/{split}.jsonl": "".join(json.dumps(r) + "\n" for r in got).encode()
+                for split, got in rows.items()}}
+    repo_id, full = data.publish(hub, "per-split", files, tmp_path)
+    project, cache, said = data.add_and_sync(hub, tmp_path, repo_id, "--config", "c137",
+                                             "--split", "test")
+    assert "c137/train.jsonl" in data.locked_paths(project), said
+    result = data.offline(tmp_path, cache, project, repo_id, full,
+                          {"name": ["c137"], "kw": {"split": "test"}})
+    assert result["locked"] == result["full"] == rows["test"]
+
+
+def test_a_router_saved_with_the_legacy_config_json_loads_offline(hub: Hub, tmp_path: Path
+                                                                  ) -> None:
+    """A Router (Asym before it) whose routes are named in the legacy `config.json` of its
+    folder, not `router_config.json`: `Router.load` reads either, so the loader follows
+    either. Seen failing with the loader reading router_config.json only."""
+    from sentence_transformers import SentenceTransformer, models
+
+    query = models.Transformer(str(tiny_bert(tmp_path / "q")), max_seq_length=16)
+    document = models.Transformer(str(tiny_bert(tmp_path / "d")), max_seq_length=16)
+    router = models.Router.for_query_document(query_modules=[query],
+                                              document_modules=[document])
+    full = tmp_path / "full"
+    SentenceTransformer(modules=[router, models.Pooling(16)]).save(str(full))
+    routed = list(full.rglob("router_config.json"))
+    assert routed
+    for config in routed:
+        config.rename(config.with_name("config.json"))
+    repo_id, _ = publish(hub, "legacy-router", full, "sentence-transformers")
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id)
+    locked = {f.path for f in read_lock(project / "weights.lock").repos[0].files}
+    assert {"query_0_Transformer/model.safetensors",
+            "document_0_Transformer/model.safetensors"} <= locked
+    result = offline("""
+        import json, sys
+        from sentence_transformers import SentenceTransformer
+        repo, revision, full = sys.argv[1:4]
+        locked, whole = SentenceTransformer(repo, revision=revision), SentenceTransformer(full)
+        text = ["the cat sat on the mat"]
+        print(json.dumps({"same": bool((locked.encode_query(text)
+                                        == whole.encode_query(text)).all())}))
+    """, cache, repo_id, revision, str(full))
+    assert result == {"same": True}
