@@ -24,7 +24,13 @@ if TYPE_CHECKING:
 @lock_option
 @common_options
 def run(command: tuple[str, ...], record_log: Path | None, settings: Settings) -> None:
-    """Run CMD with every Hub load served from the locked cache, offline.
+    """Run CMD with every Hub model load served from the locked cache, offline.
+
+    Served by repo id: what goes through huggingface_hub's cache (from_pretrained,
+    hf_hub_download, snapshot_download, SentenceTransformer, DiffusionPipeline, peft). A
+    dataset is served by its locked folder, `load_dataset(str(wlock.snapshot_path(ID)),
+    CONFIG, split=...)`, which `wlock lint` points at: datasets' `load_dataset(ID)` asks the
+    Hub before any cache and does not load by id offline.
 
     First checks (sizes and links only, no hashing) that every locked file is in the cache,
     and says which `wlock sync` is needed if not. Then runs CMD with HF_HUB_OFFLINE=1 (and
