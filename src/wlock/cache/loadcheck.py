@@ -137,6 +137,7 @@ def _load(lock: Lock, repo: LockedRepo, library: str | None, here: set[str], cac
         "config": repo.config, "split": split_names(repo.split) if repo.split else None,
         "remote_code": bool(repo.remote_code), "snapshot": str(snapshot),
         "base": _named_base(lock, repo), "adapters": _adapters(repo),
+        "listing": [f.path for f in repo.files] + list(repo.skipped),
     }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "HF_HUB_CACHE": str(cache_dir),
@@ -162,10 +163,16 @@ def _load(lock: Lock, repo: LockedRepo, library: str | None, here: set[str], cac
     if not answer.get("ok"):
         # A library that globs (datasets) fails without naming what is gone: a locked file
         # the snapshot lacks is the cause `check` reports too.
-        wanted = answer.get("wanted") or next(
+        wanted, error = answer.get("wanted"), str(answer.get("error") or "")
+        left_out = _asked_and_left_out(repo, answer.get("asked") or ())
+        if left_out and (wanted is None or wanted not in error):
+            wanted = left_out[0]  # the library asked for it and the lock left it out
+            error += (f" ({library} asked for {', '.join(left_out)}, which the lock leaves "
+                      "out)")
+        wanted = wanted or next(
             (f.path for f in repo.files if not (snapshot / f.path).exists()), None)
         return EntryLoad(repo.kind, repo.id, repo.revision, library, "failed", did=did,
-                         error=answer.get("error"), wanted=wanted)
+                         error=error, wanted=wanted)
     left_out = _asked_and_left_out(repo, answer.get("asked") or ())
     if left_out:
         return EntryLoad(
