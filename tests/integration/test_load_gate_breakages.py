@@ -258,3 +258,43 @@ def test_a_missing_library_fails_unless_skipping_is_asked(
     code, loads, said = gate(project, cache, "--skip-missing-libraries", python=bare)
     assert code == 0, said
     assert loads[repos["bert"]]["status"] == "skipped"
+
+
+REMOTE_CONFIG = '''import sys
+from transformers import BertConfig
+# What transformers' own remote-code prompt leaves on stdout: no newline after it.
+sys.stdout.write("Do you wish to run the custom code? [y/N] ")
+sys.stdout.flush()
+
+
+class XConfig(BertConfig):
+    model_type = "xbert"
+'''
+REMOTE_MODEL = '''from transformers import BertModel
+
+from .configuration_x import XConfig
+
+
+class XModel(BertModel):
+    config_class = XConfig
+'''
+
+
+def test_the_answer_travels_apart_from_what_the_library_prints(
+        hub: Hub, tmp_path: Path) -> None:
+    """Remote code (locked, so run) that leaves a `[y/N]` prompt on stdout without a newline,
+    as transformers' own prompt does: the load's answer is not lost on that line. Seen
+    failing with the answer on stdout ("the load's process died: exit status 0")."""
+    folder = tiny_bert(tmp_path / "remote")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="xbert", auto_map={"AutoConfig": "configuration_x.XConfig",
+                                                "AutoModel": "modeling_x.XModel"})
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "configuration_x.py").write_text(REMOTE_CONFIG)
+    (folder / "modeling_x.py").write_text(REMOTE_MODEL)
+    repo_id, _ = publish(hub, "gate-prompt", folder, "transformers")
+    project, cache = added(hub, tmp_path, (repo_id,))
+    code, loads, said = gate(project, cache)
+    assert code == 0, said
+    assert loads[repo_id]["status"] == "loaded"
+    assert loads[repo_id]["did"][0] == "config", loads[repo_id]
