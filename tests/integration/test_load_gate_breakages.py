@@ -167,7 +167,10 @@ def test_every_tokenizer_file_left_out_fails(
 
 def test_a_chat_template_left_out_fails_though_the_tokenizer_loads(
         hub: Hub, repos: dict[str, str], tmp_path: Path) -> None:
-    project, cache = added(hub, tmp_path, (repos["chat"], "--exclude", "chat_template.jinja"))
+    project, cache = added(hub, tmp_path / "whole", (repos["chat"],))
+    assert gate(project, cache)[0] == 0
+    project, cache = added(hub, tmp_path / "cut", (repos["chat"], "--exclude",
+                                                   "chat_template.jinja"))
     code, loads, said = gate(project, cache)
     assert code == 1, said
     assert loads[repos["chat"]]["wanted"] == "chat_template.jinja", loads[repos["chat"]]
