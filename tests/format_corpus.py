@@ -119,7 +119,63 @@ def keras_lambda_activation(folder: Path) -> Path:
                         edit)
 
 
+def prefixed(path: Path, prefix: bytes = b"WLCK") -> Path:
+    """`path` with bytes before its zip: Python's zipfile (and so Keras 3) finds a zip by its
+    end record, whatever precedes it."""
+    path.write_bytes(prefix + path.read_bytes())
+    return path
+
+
+def with_user_block(path: Path, block: int = 512) -> Path:
+    """`path`'s HDF5 file rewritten with a user block of `block` bytes before its superblock,
+    which libhdf5 finds at 512, 1024, 2048, ... (h5py's `userblock_size`)."""
+    import h5py
+
+    source = path.with_name("base." + path.name)
+    path.rename(source)
+    with h5py.File(source, "r") as old, h5py.File(path, "w", userblock_size=block) as new:
+        for key in old:
+            old.copy(old[key], new, name=key)
+        for key, value in old.attrs.items():
+            new.attrs[key] = value
+    source.unlink()
+    return path
+
+
+def keras_folder(folder: Path, code: bool) -> Path:
+    """The folder Keras 3's `save_model("hf://...")` uploads (saving_lib._upload_model_to_hf):
+    `config.json`, `metadata.json` and `model.weights.h5`, the archive's members as they are;
+    with `code`, the archive's config carries the Lambda layer."""
+    elsewhere = folder.parent / f"{folder.name}-archive"
+    elsewhere.mkdir(exist_ok=True)
+    archive = keras_archive(elsewhere / "model.keras", code)
+    with zipfile.ZipFile(archive) as z:
+        for name in z.namelist():
+            (folder / name).write_bytes(z.read(name))
+    return folder / "config.json"
+
+
+def keras_training_config(path: Path) -> Path:
+    """A Keras 2 `.h5` whose model is plain and whose `training_config` (the compile step,
+    read on a load with compile=True) names a loss from outside Keras."""
+    import h5py
+
+    keras_h5(path, False)
+    with h5py.File(path, "r+") as f:
+        f.attrs["training_config"] = json.dumps({"loss": {
+            "module": "subprocess", "class_name": "Popen", "registered_name": None,
+            "config": {"args": ["touch", f"/tmp/{MARKER}"]}}, "optimizer_config": {
+            "class_name": "SGD", "config": {"name": "SGD", "learning_rate": 0.01}}})
+    return path
+
+
 KERAS_MALICIOUS: dict[str, Callable[[Path], Path]] = {
+    # Where the readers find them (issue 58): a zip after other bytes, an HDF5 user block,
+    # Keras 3's folder layout, Keras 2's compile config.
+    "archive-prefixed": lambda d: prefixed(keras_archive(d / "model.keras", True)),
+    "h5-user-block": lambda d: with_user_block(keras_h5(d / "model.h5", True)),
+    "folder-layout": lambda d: keras_folder(d, True),
+    "h5-training-config": lambda d: keras_training_config(d / "model.h5"),
     "archive-lambda": lambda d: keras_archive(d / "model.keras", True),
     "h5-lambda": lambda d: keras_h5(d / "model.h5", True),
     "module-import": keras_module_import,
@@ -129,6 +185,9 @@ KERAS_MALICIOUS: dict[str, Callable[[Path], Path]] = {
 KERAS_BENIGN: dict[str, Callable[[Path], Path]] = {
     "archive": lambda d: keras_archive(d / "model.keras", False),
     "h5": lambda d: keras_h5(d / "model.h5", False),
+    "archive-prefixed": lambda d: prefixed(keras_archive(d / "model.keras", False)),
+    "h5-user-block": lambda d: with_user_block(keras_h5(d / "model.h5", False)),
+    "folder-layout": lambda d: keras_folder(d, False),
 }
 
 
@@ -136,7 +195,12 @@ def keras_loads(path: Path) -> bool:
     """Keras's own loader, in safe mode, reads the file."""
     import keras
 
-    model = keras.saving.load_model(path, safe_mode=True, compile=False)
+    if path.name == "config.json":  # the folder layout, as load_model("hf://...") reads it
+        from keras.src.saving.saving_lib import _load_model_from_dir
+
+        model = _load_model_from_dir(str(path.parent), None, False, True)
+    else:
+        model = keras.saving.load_model(path, safe_mode=True, compile=False)
     return bool(model.count_params() > 0)
 
 

@@ -28,6 +28,21 @@ MALICIOUS = {
     "format-string": "{{ '{0.__class__.__mro__}'.format(messages) }}",
     # map(attribute=...) over a hidden attribute.
     "map-attribute": "{{ messages|map(attribute='__class__')|list }}",
+    # A name computed at render time (issue 58): jinja2's getitem falls back to getattr for
+    # a string key, so a built key reaches what a constant one would.
+    "computed-cycler": "{% set u = '_' ~ '_' %}{{ cycler[u ~ 'init' ~ u][u ~ 'globals' ~ u]"
+                       "['os'].popen('" + CMD + "').read() }}",
+    "computed-lipsum": "{% set u = '_' * 2 %}{{ lipsum[u ~ 'globals' ~ u]['os'].popen('"
+                       + CMD + "').read() }}",
+    "dict-keys": "{% set n = dict(__init__=1, __globals__=2)|list %}"
+                 "{{ cycler[n[0]][n[1]]['os'].popen('" + CMD + "').read() }}",
+    "map-attr-built": "{% set u = '_' ~ '_' %}{% set f = [cycler]|map('attr', u ~ 'init' ~ u)"
+                      "|first %}{{ f[u ~ 'globals' ~ u]['os'].popen('" + CMD + "').read() }}",
+    "map-attribute-built": "{% set u = '%c%c'|format(95, 95) %}{% set f = [cycler]|map("
+                           "attribute=u ~ 'init' ~ u)|first %}{{ f[u ~ 'globals' ~ u]['os']"
+                           ".popen('" + CMD + "').read() }}",
+    # A single underscore is hidden too (jinja2's is_internal_attribute, and `_module`).
+    "single-underscore": "{{ cycler._module }}",
 }
 
 BENIGN = {
@@ -46,7 +61,24 @@ BENIGN = {
                       "{{ '[INST] ' + m['content'] + ' [/INST]' }}{% elif loop.last %}"
                       "{{ m['content'] }}{% else %}{{ m['content'] + eos_token }}{% endif %}"
                       "{% if loop.index > 50 %}{% break %}{% endif %}{% endfor %}",
+    # Items by an index computed from numbers (the shape of Qwen's and Mistral's templates).
+    "computed-index": "{% set ns = namespace(last=-1) %}{% for m in messages %}"
+                      "{% if m['role'] == 'user' %}{% set ns.last = loop.index0 %}{% endif %}"
+                      "{% endfor %}{% for i in range(messages|length) %}"
+                      "{{ messages[i]['content'] }}{% if i == ns.last %}{{ '!' }}{% endif %}"
+                      "{% endfor %}{{ messages[ns.last]['role'] }}"
+                      "{{ messages[(messages|length) - 1]['content'] }}"
+                      "{{ messages|map(attribute='content')|join(' ') }}"
+                      "{{ messages|selectattr('role', 'equalto', 'user')|list|length }}",
 }
+
+
+def render_unsandboxed(template: str) -> str:
+    """As a renderer without a sandbox does (jinja2's plain Environment)."""
+    from jinja2 import Environment
+
+    return Environment(extensions=["jinja2.ext.loopcontrols"]).from_string(template).render(
+        messages=[{"role": "user", "content": "hi"}], add_generation_prompt=True)
 
 
 def render(template: str) -> str:

@@ -401,10 +401,13 @@ def judge_formats(repos: list[LockedRepo], fresh: set[tuple[RepoKind, str]],
     others as they were locked."""
     if scan_formats is None:
         return repos
-    from wlock.scan import is_format_judged
+    from wlock.scan import formats_judged_at_lock
 
+    # A file read for pickles and found to hold one is no GGUF: not read a second time.
     work = [(repo, f) for repo in repos if repo.key in fresh
-            for f in repo.files if f.size and is_format_judged(f.path)]
+            for pickles in [{p.path for p in repo.pickles}]
+            for f in repo.files if f.size and f.path not in pickles
+            and formats_judged_at_lock(repo.kind, f.path)]
     if not work:
         return repos
     found = _judged(work, scan_formats, jobs)

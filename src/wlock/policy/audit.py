@@ -18,7 +18,7 @@ from pathlib import Path
 from wlock.cache.layout import RepoPaths
 from wlock.models import FormatScan, Lock, PickleScan
 from wlock.policy import Policy, Violation, expected_scan, judge_repo
-from wlock.scan import is_format_judged, is_judged, judge_file, judge_formats
+from wlock.scan import formats_judged, is_judged, judge_file, judge_formats
 
 
 @dataclass
@@ -40,7 +40,7 @@ def audit(lock: Lock, policy: Policy, cache_dir: Path) -> AuditReport:
         scans: list[PickleScan] = []
         formats: list[FormatScan] = []
         for f in repo.files:
-            if f.size and is_format_judged(f.path):
+            if f.size and formats_judged(repo.kind, f.path):
                 formats += _formats(repo.formats, paths.link(repo.revision, f.path), f.path,
                                     policy)
             if not f.size or not is_judged(repo.kind, f.path):

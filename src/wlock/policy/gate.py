@@ -14,7 +14,7 @@ from collections.abc import Callable
 from wlock.errors import PolicyError
 from wlock.models import LockedFile, LockedRepo, PickleScan
 from wlock.policy import Policy, expected_scan, judge_format, judge_pickle, judges_formats
-from wlock.scan import is_format_judged, is_judged, judge_file, judge_formats
+from wlock.scan import formats_judged, is_judged, judge_file, judge_formats
 
 
 def admission(policy: Policy) -> Callable[[LockedRepo, LockedFile, str], None] | None:
@@ -27,7 +27,7 @@ def admission(policy: Policy) -> Callable[[LockedRepo, LockedFile, str], None] |
         if not f.size:
             return
         problems: list[str] = []
-        if judges_formats(policy) and is_format_judged(f.path):
+        if judges_formats(policy) and formats_judged(repo.kind, f.path):
             # The other formats (chat templates, Keras configs, ONNX external data), judged
             # from the bytes about to be published whatever the lock records (an edited
             # record says nothing of them).

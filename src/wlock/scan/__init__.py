@@ -112,6 +112,8 @@ def judge_formats(stream: BinaryIO | io.RawIOBase, path: str,
     name = path.rsplit("/", 1)[-1].lower()
     if name.endswith(_KERAS):
         return _keras(stream, path)
+    if name == "config.json":
+        return _keras_folder(stream, path)
     if name.endswith(".onnx"):
         return _onnx(stream, path, limits, size)
     return _templates(stream, path, head, name, limits, size)
@@ -158,6 +160,21 @@ def _keras(stream: BinaryIO | io.RawIOBase, path: str) -> tuple[FormatScan, ...]
     return tuple(out)
 
 
+def _keras_folder(stream: BinaryIO | io.RawIOBase, path: str) -> tuple[FormatScan, ...]:
+    from wlock.scan.keras import MAX_CONFIG, code_in, folder_config
+
+    data = stream.read(MAX_CONFIG + 1) or b""
+    if len(data) > MAX_CONFIG:
+        return (FormatScan("keras", path, "config.json", (),
+                           f"it could not be read: more than {MAX_CONFIG:,} bytes"),)
+    out = []
+    for where, config in folder_config(data):
+        found = tuple(sorted(set(code_in(config))))
+        if found:
+            out.append(FormatScan("keras", path, where, found))
+    return tuple(out)
+
+
 def _onnx(stream: BinaryIO | io.RawIOBase, path: str, limits: ScanLimits | None,
           size: int | None) -> tuple[FormatScan, ...]:
     from wlock.scan.budget import Budget, Source, Truncated, Unjudged
@@ -185,9 +202,13 @@ def _onnx(stream: BinaryIO | io.RawIOBase, path: str, limits: ScanLimits | None,
 # The names Keras loads models from: Keras 3's archive, Keras 2's HDF5 (load_model and
 # from_pretrained_keras read these; a weights-only .h5 holds no config and says nothing).
 _KERAS = (".keras", ".h5", ".hdf5")
-# The configs transformers reads a chat template from (tokenizer_config.json's
-# `chat_template`, a processor's chat_template.json), and their largest judged size.
-_TEMPLATE_CONFIGS = ("tokenizer_config.json", "chat_template.json")
+# The configs transformers reads a chat template from: tokenizer_config.json's
+# `chat_template` (a string, a list of {name, template}, or a dict of name -> template, as
+# `PreTrainedTokenizerBase.apply_chat_template` takes it), a processor's chat_template.json
+# and `processor_config.json` (transformers 5 passes its `chat_template` to the processor), and
+# the other processor configs `ProcessorMixin` reads kwargs from; and their largest judged size.
+_TEMPLATE_CONFIGS = ("tokenizer_config.json", "chat_template.json", "processor_config.json",
+                     "preprocessor_config.json", "video_preprocessor_config.json")
 MAX_TEMPLATE_FILE = 64 * 1024 * 1024
 
 
@@ -205,6 +226,10 @@ def _config_templates(name: str, data: bytes) -> list[tuple[str, str]]:
     value = config.get("chat_template") if isinstance(config, dict) else None
     if isinstance(value, str):
         return [("chat_template", value)]
+    if isinstance(value, dict):  # named templates: {"default": ..., "tool_use": ...}
+        if not all(isinstance(v, str) for v in value.values()):
+            raise Unjudged("a chat_template dict whose values are not templates")
+        return [(f"chat_template.{k}", v) for k, v in value.items()]
     if isinstance(value, list):  # named templates: [{"name": ..., "template": ...}]
         out = []
         for item in value:
@@ -215,13 +240,28 @@ def _config_templates(name: str, data: bytes) -> list[tuple[str, str]]:
     return []
 
 
+def formats_judged_at_lock(kind: RepoKind, path: str) -> bool:
+    """Whether `lock` reads a locked file for `judge_formats`: by its name
+    (`is_format_judged`), and every file it reads for pickles besides (the resolver skips
+    those found to hold one), whose first bytes may be a GGUF's under any name (gguf's
+    reader and transformers' `gguf_file=` take any)."""
+    return is_format_judged(path) or judged_at_lock(kind, path)
+
+
+def formats_judged(kind: RepoKind, path: str) -> bool:
+    """Whether sync and audit read a file for `judge_formats`: every file they judge, and
+    every file `is_format_judged` names; its first bytes decide (a GGUF by its magic)."""
+    return is_format_judged(path) or is_judged(kind, path)
+
+
 def is_format_judged(path: str) -> bool:
     """Whether `judge_formats` reads a locked file (by its name, to keep lock's range reads
     to the files these loaders read; its bytes decide after): a GGUF file, a tokenizer's or
     processor's config, a `.jinja` template, a Keras archive or HDF5 file, an ONNX model."""
     name = path.rsplit("/", 1)[-1].lower()
-    return name.endswith((".gguf", ".jinja", ".onnx", *_KERAS)) or name in _TEMPLATE_CONFIGS
+    return name.endswith((".gguf", ".jinja", ".onnx", *_KERAS)) or name in _TEMPLATE_CONFIGS \
+        or name == "config.json"
 
 
-__all__ = ["ScanLimits", "is_format_judged", "is_judged", "judge_file", "judge_formats",
-           "judged_at_lock", "pickle_shards"]
+__all__ = ["ScanLimits", "formats_judged", "formats_judged_at_lock", "is_format_judged",
+           "is_judged", "judge_file", "judge_formats", "judged_at_lock", "pickle_shards"]

@@ -1,6 +1,9 @@
 """What a Keras model's config would make `load_model` run, read as Keras reads it.
 
-A Keras 3 archive (`.keras`) is a zip whose `config.json` is the model, every object a
+Reader: Keras 3 (`saving_lib.load_model`, through Python's `zipfile`) and Keras 2 / tf.keras
+(`hdf5_format`, through h5py and libhdf5). A Keras 3 archive (`.keras`) is a zip whose
+`config.json` is the model (the folder layout `save_model("hf://...")` writes has the same
+`config.json` beside `model.weights.h5`), every object a
 `{"module", "class_name", "config", "registered_name"}`; a Keras 2 file (`.h5`) holds the same
 as JSON in its root's `model_config` attribute (and the compile step's in `training_config`).
 Deserializing a config runs code in three ways, each named here:
@@ -48,14 +51,55 @@ def is_keras_name(path: str) -> bool:
 
 def configs(stream: BinaryIO | io.RawIOBase) -> list[tuple[str, Any]]:
     """(where, config) for each model config in a Keras archive or HDF5 file read from
-    `stream` (seekable, at its start); [] for a file that is neither. Unjudged where the file
-    cannot be read as what it starts as."""
+    `stream` (seekable, at its start); [] for a file that is neither. Found where their
+    readers find them: a zip by its end record whatever precedes it (Python's `zipfile`,
+    which Keras 3 opens `.keras` with), an HDF5 file by its superblock at 0 or at any
+    user-block offset libhdf5 searches (512, 1024, 2048, ... up to the file's end). Unjudged
+    where the file cannot be read as what it is."""
     head = stream.read(8) or b""
-    stream.seek(0)
-    if head[:4] == b"PK\x03\x04":
+    if head[:4] == b"PK\x03\x04" or _is_zip(stream):
+        stream.seek(0)
         return _archive(stream)
-    if head == HDF5_MAGIC:
+    if head == HDF5_MAGIC or _hdf5_user_block(stream):
+        stream.seek(0)
         return _hdf5(stream)
+    stream.seek(0)
+    return []
+
+
+def _is_zip(stream: BinaryIO | io.RawIOBase) -> bool:
+    try:
+        stream.seek(0)
+        return zipfile.is_zipfile(stream)
+    except OSError:
+        return False
+
+
+def _hdf5_user_block(stream: BinaryIO | io.RawIOBase) -> bool:
+    """libhdf5's `H5FD_locate_signature`: the superblock at 0, then at every power of two
+    from 512 while it is inside the file."""
+    size = stream.seek(0, io.SEEK_END)
+    offset = 512
+    while offset + len(HDF5_MAGIC) <= size:
+        stream.seek(offset)
+        if stream.read(len(HDF5_MAGIC)) == HDF5_MAGIC:
+            return True
+        offset *= 2
+    return False
+
+
+def folder_config(data: bytes) -> list[tuple[str, Any]]:
+    """The model config of Keras 3's folder layout (`save_model("hf://...")` writes
+    `config.json`, `metadata.json` and `model.weights.h5`; `load_model` reads the config as
+    it reads an archive's): a `config.json` that is one serialized Keras object (its
+    `class_name` and `config`); [] for any other config.json."""
+    try:
+        config = json.loads(data)
+    except (ValueError, RecursionError):
+        return []
+    if isinstance(config, dict) and "class_name" in config and isinstance(
+            config.get("config"), dict) and ("module" in config or "registered_name" in config):
+        return [("config.json", config)]
     return []
 
 

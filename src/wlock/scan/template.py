@@ -1,30 +1,48 @@
-"""A chat template judged as the sandboxed renderers judge it, before anything renders it.
+"""A chat template judged on jinja2's own parse tree, failing closed, before anything renders it.
 
-llama.cpp's bindings (llama-cpp-python's `Jinja2ChatFormatter`), transformers'
-`apply_chat_template` and the serving stacks render a model's `tokenizer.chat_template` with
-jinja2's `ImmutableSandboxedEnvironment`. A template that reaches past the sandbox does so
-through names the sandbox is meant to hide: attributes that start with `_`
-(`cycler.__init__.__globals__`, `self._TemplateReference__context`, the `__class__.__mro__`
-walk of CVE-2024-34359), reached by `.name`, `["name"]`, the `attr` filter, `map(attribute=)`
-or a format string (`"{0.__class__}".format(x)`). A real chat template names none of them.
+Reader: jinja2 (3.1), the parser every renderer uses: llama-cpp-python's
+`Jinja2ChatFormatter`, transformers' `apply_chat_template` and the serving stacks parse a
+model's template with it and render it in `ImmutableSandboxedEnvironment`, but some
+renderers run it without a sandbox. A template reaches past the sandbox through names the
+sandbox hides: attributes that start with `_` (`cycler.__init__.__globals__`, the
+`__class__.__mro__` walk of CVE-2024-34359). jinja2 reaches an attribute by `.name`, by
+`["name"]` (its `getitem` falls back to `getattr` for a string key), by the `attr` filter, by
+the filters that take an attribute name (`map`, `selectattr`, `rejectattr`, `sort`,
+`groupby`, `sum`, `unique`, `min`, `max`) and by a format string (`"{0.__class__}".format`).
 
-So the template is parsed by jinja2 itself, with the extension the renderers enable
-(`loopcontrols`), and every such reach is named; a name built at render time (`attr(x)`,
-`attr("__cla" ~ "ss__")`) cannot be judged and is named as well. A template jinja2 cannot
-parse is unknown, never clean. Nothing is rendered.
+So each of those is judged on the parsed tree, and only a name the judge can read as a
+constant is accepted: a constant that is no hidden name. A name computed at render time
+(`cycler[u ~ 'init' ~ u]` with `u = '_' ~ '_'`, `'%c%c'|format(95, 95)`, names taken from
+`dict(__init__=1)|list`) cannot be judged and is refused as unknown, with one exception real
+templates need: an item index whose expression can only be a number (`messages[loop.index0
+- 1]`, `messages[ns.last]` where `ns.last` is only ever set to numbers). Any name of the
+template's own that starts with `_` is refused. A template jinja2 cannot parse is unknown,
+never clean. Nothing is rendered.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
 
 # What a template may hold: past this, unknown (the largest chat templates on the Hub are
 # tens of kB).
 MAX_TEMPLATE = 1024 * 1024
 
+# jinja2's filters that reach an attribute by a name given as an argument (filters.py:
+# `make_attrgetter` / `make_multi_attrgetter`); map's first argument may instead name a
+# filter, `attr` among them.
+ATTRIBUTE_FILTERS = frozenset({"map", "selectattr", "rejectattr", "sort", "groupby", "sum",
+                               "unique", "min", "max", "dictsort"})
+# Filters whose result is a number, whatever they are given (an index built with them is
+# no name).
+NUMERIC_FILTERS = frozenset({"length", "count", "int", "float", "abs", "round", "wordcount"})
+
 
 def judge_template(text: str) -> tuple[tuple[str, ...], str | None]:
-    """(each reach past the sandbox, in words, sorted; why it could not be judged, or None).
-    An empty first part and None: a template that names nothing the sandbox hides."""
-    from jinja2 import nodes
+    """(each reach past the sandbox, or name that could not be judged, in words, sorted; why
+    the template could not be parsed, or None). An empty first part and None: a template
+    that names nothing the sandbox hides."""
     from jinja2.exceptions import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -33,10 +51,7 @@ def judge_template(text: str) -> tuple[tuple[str, ...], str | None]:
     env = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"])
     try:
         tree = env.parse(text)
-        found: set[str] = set()
-        for node in tree.find_all((nodes.Getattr, nodes.Getitem, nodes.Const, nodes.Filter,
-                                   nodes.Keyword)):
-            found.update(_reaches(node))
+        found = set(_Judge(tree).reaches())
     except TemplateError as e:
         line = getattr(e, "lineno", None)
         where = f" (line {line})" if line else ""
@@ -46,25 +61,140 @@ def judge_template(text: str) -> tuple[tuple[str, ...], str | None]:
     return tuple(sorted(found)), None
 
 
-def _reaches(node: object) -> list[str]:
-    """What one node of the parsed template reaches that the sandbox hides."""
-    from jinja2 import nodes as n
+def _hidden(name: str) -> bool:
+    """A name the sandbox hides, or a dotted path (`a.__b`, as `make_attrgetter` splits it)
+    through one."""
+    return any(part.startswith("_") for part in name.split("."))
 
-    if isinstance(node, n.Getattr) and node.attr.startswith("_"):
-        return [f"the attribute {node.attr}"]
-    if isinstance(node, n.Getitem) and isinstance(node.arg, n.Const) and \
-            isinstance(node.arg.value, str) and node.arg.value.startswith("_"):
-        return [f"the item {node.arg.value!r}"]
-    if isinstance(node, n.Const) and isinstance(node.value, str) and "__" in node.value:
-        return [f"a string naming a hidden name ({node.value[:60]!r})"]
-    if isinstance(node, n.Filter) and node.name == "attr":
-        name = node.args[0] if node.args else None
-        if not (isinstance(name, n.Const) and isinstance(name.value, str)):
-            return ["the attr filter with a name built at render time"]
-        if name.value.startswith("_"):
-            return [f"the attribute {name.value} (attr filter)"]
-    if isinstance(node, n.Keyword) and node.key == "attribute" and isinstance(
-            node.value, n.Const) and isinstance(node.value.value, str) and \
-            node.value.value.startswith("_"):
-        return [f"the attribute {node.value.value} (map/sort/groupby)"]
-    return []
+
+class _Judge:
+    def __init__(self, tree: Any) -> None:
+        from jinja2 import nodes as n
+
+        self.n, self.tree = n, tree
+        # Every value a name (or a namespace's attribute) is set to anywhere in the template:
+        # an index built from it is a number only if every one of them is.
+        self.sets: dict[str, list[Any]] = {}
+        for node in tree.find_all((n.Assign, n.For)):
+            targets = [node.target]
+            while targets:
+                target = targets.pop()
+                if isinstance(target, n.Tuple):
+                    targets += target.items
+                elif isinstance(target, n.Name):
+                    value = node.node if isinstance(node, n.Assign) else (
+                        node.iter if self._range(node.iter) else None)
+                    self.sets.setdefault(target.name, []).append(value)
+                elif isinstance(target, n.NSRef):
+                    self.sets.setdefault(f"{target.name}.{target.attr}", []).append(
+                        node.node if isinstance(node, n.Assign) else None)
+        for node in tree.find_all(n.Assign):  # namespace(x=0): ns.x starts as 0
+            if isinstance(node.target, n.Name) and isinstance(node.node, n.Call) and \
+                    isinstance(node.node.node, n.Name) and node.node.node.name == "namespace":
+                for kw in node.node.kwargs:
+                    self.sets.setdefault(f"{node.target.name}.{kw.key}", []).append(kw.value)
+
+    def _range(self, node: Any) -> bool:
+        n = self.n
+        return isinstance(node, n.Call) and isinstance(node.node, n.Name) and \
+            node.node.name == "range"
+
+    def reaches(self) -> Iterator[str]:
+        n = self.n
+        for node in self.tree.find_all(n.Node):
+            if isinstance(node, n.Getattr):
+                if node.attr.startswith("_"):
+                    yield f"the attribute {node.attr}"
+                elif node.attr in ("format", "format_map") and not self._plain_format(
+                        node.node):
+                    yield f"str.{node.attr} on a string the judge cannot read"
+            elif isinstance(node, n.Getitem):
+                yield from self._item(node.arg)
+            elif isinstance(node, n.Const) and isinstance(node.value, str) and \
+                    "__" in node.value:
+                yield f"a string naming a hidden name ({node.value[:60]!r})"
+            elif isinstance(node, (n.Name, n.NSRef)) and node.name.startswith("_"):
+                yield f"the name {node.name}"
+            elif isinstance(node, n.Keyword) and node.key.startswith("_"):
+                yield f"the keyword {node.key}"
+            elif isinstance(node, n.Filter):
+                yield from self._filter(node)
+
+    def _item(self, arg: Any) -> Iterator[str]:
+        n = self.n
+        if isinstance(arg, n.Const):
+            if isinstance(arg.value, str) and _hidden(arg.value):
+                yield f"the item {arg.value!r}"
+            return
+        if isinstance(arg, n.Slice) or self._numeric(arg, 0):
+            return
+        yield "an item whose name is built at render time (jinja2 reads it as an attribute)"
+
+    def _filter(self, node: Any) -> Iterator[str]:
+        n = self.n
+        if node.name == "attr":
+            yield from self._named(node.args[0] if node.args else None, "attr filter")
+        elif node.name == "map" and node.args:
+            first = node.args[0]
+            if not (isinstance(first, n.Const) and isinstance(first.value, str)):
+                yield "map with a filter named at render time"
+            elif first.value == "attr":
+                yield from self._named(node.args[1] if len(node.args) > 1 else None,
+                                       "map('attr')")
+        elif node.name in ATTRIBUTE_FILTERS:
+            named = [kw.value for kw in node.kwargs if kw.key == "attribute"]
+            if node.name in ("selectattr", "rejectattr", "groupby", "sum") and node.args:
+                named.append(node.args[0])  # their first argument is the attribute
+            for value in named:
+                yield from self._named(value, node.name)
+        if node.dyn_args is not None or node.dyn_kwargs is not None:
+            yield f"the {node.name} filter with arguments unpacked at render time"
+
+    def _named(self, value: Any, where: str) -> Iterator[str]:
+        n = self.n
+        if value is None:
+            return
+        if not (isinstance(value, n.Const) and isinstance(value.value, (str, int))):
+            yield f"an attribute named at render time ({where})"
+        elif isinstance(value.value, str) and _hidden(value.value):
+            yield f"the attribute {value.value} ({where})"
+
+    def _plain_format(self, node: Any) -> bool:
+        """A constant format string whose fields name no attribute or item."""
+        import re
+
+        n = self.n
+        return isinstance(node, n.Const) and isinstance(node.value, str) and not re.search(
+            r"\{[^{}]*[.\[][^{}]*\}", node.value)
+
+    def _numeric(self, node: Any, depth: int) -> bool:
+        """Whether `node` can only be a number (or a bool, or none)."""
+        n = self.n
+        if depth > 32:
+            return False
+        if isinstance(node, n.Const):
+            return node.value is None or isinstance(node.value, (int, float))
+        if isinstance(node, (n.Neg, n.Pos)):
+            return self._numeric(node.node, depth + 1)
+        if isinstance(node, (n.Add, n.Sub, n.Mul, n.Div, n.FloorDiv, n.Mod, n.Pow)):
+            return self._numeric(node.left, depth + 1) and self._numeric(node.right, depth + 1)
+        if isinstance(node, n.CondExpr):
+            return self._numeric(node.expr1, depth + 1) and (
+                node.expr2 is None or self._numeric(node.expr2, depth + 1))
+        if isinstance(node, (n.Compare, n.Not, n.And, n.Or, n.Test)):
+            return isinstance(node, (n.Compare, n.Not, n.Test))  # bools; and/or pass values
+        if isinstance(node, n.Filter):
+            return node.name in NUMERIC_FILTERS
+        if isinstance(node, n.Getattr) and isinstance(node.node, n.Name):
+            if node.node.name == "loop":
+                return node.attr in ("index", "index0", "revindex", "revindex0", "length",
+                                     "depth", "depth0", "first", "last")
+            return self._set_to_numbers(f"{node.node.name}.{node.attr}", depth)
+        if isinstance(node, n.Name):
+            return self._set_to_numbers(node.name, depth)
+        return False
+
+    def _set_to_numbers(self, name: str, depth: int) -> bool:
+        values = self.sets.get(name) or []
+        return bool(values) and all(
+            v is not None and (self._range(v) or self._numeric(v, depth + 1)) for v in values)
