@@ -355,6 +355,22 @@ def npz_of(**members: bytes) -> bytes:
     return out.getvalue()
 
 
+def _npy_of(array: Any) -> bytes:
+    out = io.BytesIO()
+    _np().save(out, array)
+    return out.getvalue()
+
+
+def npz_compressed(method: int, **members: bytes) -> bytes:
+    """An .npz whose members are compressed with `method` (bzip2, LZMA), which np.load
+    reads through zipfile and torch's reader does not."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", method) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return out.getvalue()
+
+
 def npz_beside_pickle(fragment: bytes) -> bytes:
     """An .npz whose array of objects sits in a `data/` member beside a `.pkl` member, the
     shape of a torch archive: np.load still reads every member that starts as an .npy."""
@@ -545,6 +561,12 @@ def _cases() -> list[Case]:
              npz_beside_pickle, reduce, "numpy"),
         Case("end-record-first.npz", "numpy format.py: _ZIP_SUFFIX (PK\\x05\\x06)",
              npz_empty_end_first, reduce, "numpy"),
+        Case("unnamed-member.npz", "np.load reads a member as an array whatever its name",
+             lambda f: npz_of(objects=npy(f)), reduce, "numpy"),
+        Case("bzip2-member.npz", "np.load's zipfile decompresses bzip2 members",
+             lambda f: npz_compressed(zipfile.ZIP_BZIP2, objects=npy(f)), reduce, "numpy"),
+        Case("lzma-member.npz", "... and LZMA ones",
+             lambda f: npz_compressed(zipfile.ZIP_LZMA, objects=npy(f)), reduce, "numpy"),
         Case("model.joblib", "Checkmarx 2025 (joblib)", joblib_plain, reduce, "joblib"),
         Case("arrays.joblib", "joblib's inline arrays", joblib_arrays, reduce, "joblib"),
         Case("objects.joblib", "joblib: a pickle inside an array", joblib_object_array, reduce,
@@ -618,6 +640,8 @@ def benign_checkpoints(folder: Path) -> dict[str, Path]:
         "structured.npy": lambda p: np.save(p, np.zeros(3, dtype=[("x", "<f4"), ("y", "<i8")])),
         "arrays.npz": lambda p: np.savez(p, a=np.arange(3), b=np.ones(2)),
         "compressed.npz": lambda p: np.savez_compressed(p, a=np.arange(100)),
+        "bzip2.npz": lambda p: p.write_bytes(npz_compressed(zipfile.ZIP_BZIP2, **{
+            "a.npy": _npy_of(np.arange(100)), "b.npy": _npy_of(np.ones((2, 3)))})),
         "model.joblib": lambda p: joblib.dump({"coef": np.arange(4.0), "n": 4}, p),
         "big.joblib": lambda p: joblib.dump({"w": np.random.default_rng(0).random(70000)}, p),
         "list.joblib": lambda p: joblib.dump([1, 2, "three", {"four": 4.0}], p),

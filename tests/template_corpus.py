@@ -93,13 +93,14 @@ def render(template: str) -> str:
 
 
 def gguf_with_template(path: Path, template: str | None, vocab: int = 2000,
-                       rows: int = 4) -> Path:
+                       rows: int = 4, big_endian: bool = False) -> Path:
     """A GGUF file as llama.cpp's converter writes one: a vocabulary (a string array) before
-    the chat template, and one tensor."""
+    the chat template, and one tensor; in the big-endian byte order gguf-py also writes."""
     import gguf
     import numpy as np
 
-    writer = gguf.GGUFWriter(str(path), "llama")
+    writer = gguf.GGUFWriter(str(path), "llama", endianess=gguf.GGUFEndian.BIG
+                             if big_endian else gguf.GGUFEndian.LITTLE)
     writer.add_block_count(1)
     writer.add_tokenizer_model("gpt2")
     writer.add_token_list([f"tok{i}" for i in range(vocab)])

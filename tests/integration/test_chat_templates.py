@@ -163,3 +163,63 @@ def test_a_tokenizers_chat_template_is_judged_and_its_benign_twin_renders(
         text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "<|im_start|>user\nhi<|im_end|>" in done.stdout
+
+
+def _where(hub: Hub, tmp_path: Path, place: str, template: str) -> tuple[str, str, list[str]]:
+    """A repo holding `template` where a reader finds it and the last judge did not look:
+    (repo, the file, the flags `add` takes)."""
+    repo_id = hub.unique_id(f"where-{place}")
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    if place in ("gguf-named-bin", "gguf-big-endian"):
+        path = gguf_with_template(tmp_path / "t.gguf", template, vocab=200,
+                                  big_endian=place == "gguf-big-endian")
+        name = "ggml-model-q4_0.bin" if place == "gguf-named-bin" else "model.Q8_0.gguf"
+        hub.builder.commit("model", repo_id, {name: path.read_bytes(),
+                                              "README.md": b"# gguf\n"}, lfs=True)
+        # transformers' gguf_file= and gguf's reader take any name: the repo says no library.
+        return repo_id, name, ["--loader", "all"] if place == "gguf-named-bin" else [
+            "--loader", "gguf"]
+    config = json.dumps({"model_type": "bert"}).encode()
+    if place == "processor-config":
+        name, body = "processor_config.json", {"chat_template": template}
+    else:  # a dict of named templates, which apply_chat_template renders by name
+        name, body = "tokenizer_config.json", {"chat_template": {"default": template}}
+    hub.builder.commit("model", repo_id, {"config.json": config,
+                                          name: json.dumps(body).encode()})
+    return repo_id, name, ["--loader", "all"]
+
+
+PLACES = ("gguf-named-bin", "gguf-big-endian", "processor-config", "tokenizer-config-dict")
+
+
+@pytest.mark.parametrize("place", PLACES)
+def test_a_template_wherever_a_reader_finds_it_is_judged(hub: Hub, tmp_path: Path, place: str
+                                                         ) -> None:
+    """Issue 58: a GGUF named `.bin`, a big-endian GGUF (gguf-py reads both), a processor's
+    `processor_config.json` and a `chat_template` given as a dict: each refused at add (seen
+    passing with exit 0 before the judge looked there); each benign twin locked, synced and
+    read back by its reader."""
+    repo_id, name, flags = _where(hub, tmp_path / "evil", place, MALICIOUS["computed-cycler"])
+    project = write_project(tmp_path / "p", "")
+    added = run_wlock("add", repo_id, *flags, "--endpoint", hub.endpoint, cwd=project)
+    assert added.code == 7, added.stderr
+    assert f"{repo_id}: {name}'s " in added.stderr and "chat_template" in added.stderr, \
+        added.stderr
+    repo_id, name, flags = _where(hub, tmp_path / "good", place, BENIGN["llama3"])
+    project = write_project(tmp_path / "q", "")
+    added = run_wlock("add", repo_id, *flags, "--endpoint", hub.endpoint, cwd=project)
+    assert added.code == 0, added.stderr
+    cache = tmp_path / "cache"
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project)
+    assert synced.code == 0, synced.stderr
+    [local] = cache.glob(f"models--*/snapshots/*/{name}")
+    if place.startswith("gguf"):
+        import gguf
+
+        field = gguf.GGUFReader(str(local)).fields["tokenizer.chat_template"]
+        text = bytes(field.parts[field.data[0]]).decode()
+    else:
+        template = json.loads(local.read_text())["chat_template"]
+        text = template["default"] if isinstance(template, dict) else template
+    assert text == BENIGN["llama3"] and "hi" in render(text)

@@ -520,6 +520,12 @@ REMOTE_ELSEWHERE = {  # (loader, files beside a safetensors, what the lock must 
                                         "vae": ["diffusers", "AutoencoderKL"]}).encode(),
         "pipeline_x.py": b"class XPipeline: pass\n", "vae/config.json": b"{}",
         "vae/diffusion_pytorch_model.safetensors": b"\0" * 64}, "pipeline_x.XPipeline"),
+    # transformers imports custom_generate/generate.py on a trust_remote_code load of a
+    # plain model, no auto_map anywhere (GenerationMixin.load_custom_generate; issue 58).
+    "transformers custom_generate": ("transformers", lambda code: {
+        "config.json": json.dumps({"model_type": "gpt2"}).encode(),
+        "custom_generate/generate.py": b"def generate(model, **kwargs): pass\n"},
+        "custom_generate/generate.generate"),
 }
 
 

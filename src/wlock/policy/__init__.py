@@ -268,10 +268,12 @@ def judge_repo(repo: LockedRepo, lock: Lock, policy: Policy,
     if repo.remote_code:
         locked = {f.path for f in repo.files}
         for reference in repo.remote_code:
+            where = "custom_generate/ is remote code transformers imports on a " \
+                "trust_remote_code load" if reference.startswith("custom_generate/") else \
+                f"auto_map names remote code {reference}"
             if policy.remote_code == "deny":
                 out.append(Violation("remote-code", repo.id, None, reference,
-                                     f"{repo.id}: auto_map names remote code {reference}, "
-                                     "and the policy denies remote code "
+                                     f"{repo.id}: {where}, and the policy denies remote code "
                                      "(remote-code = \"deny\")"))
                 continue
             owner, _, name = reference.rpartition("--")

@@ -208,6 +208,12 @@ def remote_code(paths: frozenset[str], read: Read
             if repo_id_problem(repo) is None and repo not in found:
                 found[repo] = Requirement(repo, "main", f"remote code named in {path}'s "
                                           f"{where} ({reference})", include=("*.py",))
+    # transformers (4.56+) imports `custom_generate/generate.py` on any trust_remote_code
+    # load of a model whose repo has it, auto_map or not (GenerationMixin.load_custom_generate,
+    # called from from_pretrained), and `generate(custom_generate=...)` does too.
+    for path in sorted(p for p in paths if p.rsplit("/", 1)[-1] == "generate.py"
+                       and p.rsplit("/", 2)[-2:-1] == ["custom_generate"]):
+        code.add(path.removesuffix(".py") + ".generate")
     return tuple(found.values()), tuple(sorted(code))
 
 
