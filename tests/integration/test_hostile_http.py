@@ -185,3 +185,28 @@ def test_a_redirect_target_that_is_down_is_named_and_never_marks_the_endpoint_do
     repo = read_lock(project / "weights.lock").repos[0]
     blobs = {p.name for p in (tmp_path / "c").glob("models--*/blobs/*")}
     assert {f.etag for f in repo.files if f.path.startswith("cfg/")} <= blobs
+
+
+def test_credentials_in_a_redirect_are_never_sent_to_its_host(
+        hub: Hub, tmp_path: Path, small: tuple[Path, str, str]) -> None:
+    """The endpoint redirects an LFS file to `http://user:password@<the CDN>/...`: libcurl
+    would turn the URL's userinfo into Basic auth for that host; wlock drops it (a
+    redirect's credentials are the server's say, never the user's), and the file still
+    arrives, verified. Seen failing (an Authorization header at the CDN) with it kept."""
+    import httpx2
+
+    project, repo_id, revision = small
+    url = f"{hub.endpoint}/{repo_id}/resolve/{revision}/tokens.parquet"
+    target = httpx2.get(url, follow_redirects=False).headers["Location"]
+    hub.process.faults({"action": "status", "status": 302,
+                        "location": target.replace("://", "://mallory:hunter2@", 1),
+                        "listener": "hub", "match": "/resolve/.*/tokens.parquet$"})
+    hub.process.reset_stats()
+    try:
+        code, stderr, _ = sync(hub, project, tmp_path / "c")
+    finally:
+        hub.process.faults()
+    assert code == 0, stderr
+    at_cdn = [e for e in hub.process.stats()["log"] if e["listener"] == "cdn"]
+    assert at_cdn and not any(e["auth"] for e in at_cdn), at_cdn
+    assert "hunter2" not in stderr

@@ -240,6 +240,10 @@ def hop(url: str, location: str | None) -> tuple[str, str | None]:
         return "", f"a redirect to a host or port that is none ({shown})"
     if not parts.hostname:
         return target, f"a redirect to no host ({shown})"
+    if parts.username is not None or parts.password is not None:
+        # A redirect's `user:password@` is the server's say, not the user's: libcurl would
+        # send it as Basic auth to that host. Dropped, as browsers and requests do.
+        target = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
     return target, None
 
 
