@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from wlock.cancel import sleep as cancellable_sleep
 from wlock.errors import RateLimitedError
 from wlock.units import count
 
@@ -106,13 +107,14 @@ class RateBudget:
 
     def __init__(self, max_wait: float = DEFAULT_MAX_WAIT, *,
                  on_wait: Callable[[str], None] | None = None,
-                 sleep: Callable[[float], object] = time.sleep,
+                 sleep: Callable[[float], object] | None = None,
                  clock: Callable[[], float] = time.monotonic, authenticated: bool = False
                  ) -> None:
         self.max_wait = max_wait
         self.waited = 0.0
         self._on_wait = on_wait or (lambda message: None)
-        self._sleep = sleep
+        # A wait the user's Ctrl-C or SIGTERM ends at once, in every thread (wlock.cancel).
+        self._sleep = sleep or cancellable_sleep
         self._clock = clock
         self._authenticated = authenticated
         self._lock = threading.Lock()

@@ -111,7 +111,7 @@ def test_ctrl_c_ends_a_sync_whose_small_file_is_stalled_at_once(
     os.killpg(proc.pid, getattr(signal, signame))
     _, err = proc.communicate(timeout=90)
     took = time.monotonic() - stopped
-    assert proc.returncode == 130, err
+    assert proc.returncode == (130 if signame == "SIGINT" else 143), err
     assert err.endswith("Aborted.\n") and "Traceback" not in err
     # The promise is 2 s; the bound leaves room for a loaded machine, and is far below the
     # 60 s read timeout a thread in recv() would wait out.

@@ -160,13 +160,18 @@ def main(argv: list[str] | None = None) -> None:
     # start of a command, so that every exit path has it and what the command registers
     # runs before it (atexit runs the last registered first).
     atexit.register(gc.freeze)
+    # Ctrl-C and SIGTERM wake every wait in every thread before they interrupt the main
+    # thread (issue 59): a worker asleep in a rate-limit wait no longer holds the exit.
+    from wlock.cancel import Terminated, install
+
+    install()
     args = _hoisted(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
     try:
         cli.main(args=args, prog_name="wlock", standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as e:
         click.echo("Aborted.", err=True)
-        sys.exit(130)
+        sys.exit(143 if isinstance(e.__cause__, Terminated) else 130)
     except click.ClickException as e:
         e.show()
         code = ExitCode.USAGE if isinstance(e, click.UsageError) else e.exit_code
@@ -183,9 +188,9 @@ def main(argv: list[str] | None = None) -> None:
             emit_error(_command(args), e.kind, int(e.exit_code), redact(e.message),
                        redact(e.hint) if e.hint else None)
         sys.exit(int(e.exit_code))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         click.echo("Interrupted.", err=True)
-        sys.exit(130)
+        sys.exit(143 if isinstance(e, Terminated) else 130)
     sys.exit(0)
 
 

@@ -31,14 +31,16 @@ DISABLED = False  # `wlock --no-progress`
 
 
 def make_progress(title: str, total_bytes: int, *, quiet: bool) -> Progress:
-    """Bars on a terminal, sparse lines in a log; nothing with `quiet` (--json), -q, or
-    HF_HUB_DISABLE_PROGRESS_BARS (huggingface_hub's own bars obey it). With -v, a line per
+    """Bars on a terminal, sparse lines in a log; nothing with `quiet` (--json) or -q; with
+    --no-progress or HF_HUB_DISABLE_PROGRESS_BARS (huggingface_hub's own bars obey it), no
+    bars, only the waits. With -v, a line per
     file as it completes, whatever its size."""
     every = verbosity() >= 1
     if quiet or verbosity() < 0:
         return _Silent()
     if DISABLED or _env_true("HF_HUB_DISABLE_PROGRESS_BARS"):
-        return _Lines(title, 0, every=True) if every else _Silent()
+        # No bars, but a wait is still a line of the log: -q alone silences it (issue 59).
+        return _Lines(title, 0, every=True) if every else _NotesOnly()
     if sys.stderr.isatty() and not os.environ.get("CI"):
         return _Bars(title, total_bytes, every=every)
     return _Lines(title, total_bytes, every=every)
@@ -63,6 +65,14 @@ class _Silent:
 
     def close(self) -> None:
         pass
+
+
+class _NotesOnly(_Silent):
+    """Progress off: nothing drawn, but each line about the whole transfer (a wait on the
+    Hub's rate limits) said, since a log is where a stalled CI job is read."""
+
+    def note(self, message: str) -> None:
+        click.echo(message, err=True)
 
 
 class _Lines:

@@ -94,13 +94,10 @@ def sync(
     folders, the archive (--archive, $WLOCK_ARCHIVE or [tool.wlock.archive] in
     weights.toml), then the Hub. Wrong bytes from a source are refused and reported.
     """
-    import signal
-
+    # SIGTERM (a scheduler's stop, `kill`) ends the sync as Ctrl-C does (wlock.cancel, set
+    # up by the CLI's main): every transfer stopped within a second, its temp files
+    # removed, nothing unverified published; exit 143.
     from wlock.cache.sync import execute_plan, plan_sync, preflight, tidy
-
-    # SIGTERM (a scheduler's stop, `kill`) ends the sync as Ctrl-C does: every transfer
-    # stopped within a second, its temp files removed, nothing unverified published.
-    signal.signal(signal.SIGTERM, _terminated)
     from wlock.lock.lockfile import LOCK_NAME, is_fresh, read_lock, stale_error
     from wlock.lock.manifest import MANIFEST_NAME
 
@@ -408,7 +405,3 @@ def _relock(project: Path, settings: Settings, *, dry_run: bool) -> Lock:
         scan_limits=read_policy(project / "weights.toml").limits,
         budget=settings.rate_budget(), note=None if settings.json else info)
     return result.lock
-
-
-def _terminated(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt

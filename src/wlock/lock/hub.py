@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlsplit
 
+from wlock.cancel import sleep as cancellable_sleep
 from wlock.errors import (
     HubError,
     HubUnreachableError,
@@ -84,7 +85,7 @@ class HubClient:
         token: str | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         budget: RateBudget | None = None,
         note: Callable[[str], None] | None = None,
     ) -> None:
@@ -104,9 +105,11 @@ class HubClient:
         # every other Hub tool does; we never read, print or store the value ourselves.
         self._api: HfApi = HfApi(endpoint=self.endpoint, token=token)
         self._token = token  # for the range reads of pickles; None: huggingface_hub's own
-        self._sleep = sleep
+        # Back-offs and rate-limit waits the user's Ctrl-C ends at once (wlock.cancel).
+        self._sleep = sleep or cancellable_sleep
         self._note = note or (lambda message: None)
-        self.budget = budget or RateBudget(sleep=sleep, authenticated=self._authenticated())
+        self.budget = budget or RateBudget(sleep=self._sleep,
+                                           authenticated=self._authenticated())
         self._lock = threading.Lock()
         self._ranges: Any = None  # the httpx client of the range reads, made on first use
 
