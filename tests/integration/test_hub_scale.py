@@ -5,6 +5,7 @@ through the real command line against the emulator answering as the live Hub doe
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,6 @@ def test_siblings_cut_early_under_load_still_lock_every_file(hub: Hub, tmp_path:
 @pytest.mark.parametrize(("fault", "words"), [
     ({"tree_paging": "ignore_cursor"}, "on two pages of the file listing (page 2): its paging "
      "is broken"),
-    ({"tree_paging": "foreign_link"}, "points its next page at another host "
-     "(upstream.invalid)"),
     ({"tree_hide": ["data/00/episode-000050.json"]}, "the Hub's two listings of the commit "
      "disagree: repo info lists 'data/00/episode-000050.json', the tree listing does not "
      "list it"),
@@ -337,3 +336,57 @@ def test_a_storm_at_the_hubs_own_reset_of_30_s_is_waited_out(hub: Hub, tmp_path:
     assert re.search(r"rate limited by the Hub \(api\): resuming in (29|30) s", locked.stderr)
     assert_quiet_while_spent(hub_requests(hub, "api"), 30)
     sync_waiting_out_resolvers(hub, project, 30)
+
+
+def nested(hub: Hub, depth: int) -> str:
+    """A repo whose first pages of the recursive tree are folders only: one file `depth`
+    folders down."""
+    repo_id = hub.unique_id("nested")
+    hub.builder.commit("model", repo_id, {"/".join(f"d{i}" for i in range(depth)) + "/x.json":
+                                          b"{}"})
+    return repo_id
+
+
+def test_a_pager_of_folders_that_drops_its_cursor_ends(hub: Hub, tmp_path: Path) -> None:
+    """A mirror that drops the cursor and whose first page is folders only: no file is ever
+    listed twice, so the repeated-file rule never fired and `lock` asked for pages without
+    end (2,794 in 60 s). Now page 2 adds nothing and ends it, exit 5, naming the endpoint.
+    Seen failing (the lock still paging at the test's 60 s timeout)."""
+    repo_id = nested(hub, 120)
+    hub.process.faults(tree_page_size=50, tree_paging="ignore_cursor", siblings_cap=0)
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\nloader = "all"\n')
+    started = time.monotonic()
+    result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project, timeout=60)
+    assert result.code == 5, result.stderr
+    assert time.monotonic() - started < 30
+    assert f"{hub.endpoint}'s file listing gave page 2 with nothing not listed before" in \
+        result.stderr, result.stderr
+    assert not (project / "weights.lock").exists()
+
+
+def test_a_next_page_named_on_the_upstream_host_is_asked_of_the_endpoint(
+        hub: Hub, tmp_path: Path) -> None:
+    """olah passes the Hub's `Link` through (its host, the endpoint's own path and cursor):
+    the same path and cursor asked of the endpoint is the next page, and the lock is whole;
+    nothing is asked of the other host. Seen failing (exit 5) when such a link was refused."""
+    repo_id = many_files(hub, "model", "foreign-link", 120)
+    hub.process.faults(tree_page_size=50, tree_paging="foreign_link", siblings_cap=0)
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\nloader = "all"\n')
+    result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project, timeout=60)
+    assert result.code == 0, result.stderr
+    assert len(locked_paths(project)) == 120
+
+
+def test_a_page_past_the_stated_bound_is_refused_unparsed(hub: Hub, tmp_path: Path) -> None:
+    """A page is read to its stated bound and no further (a page of 1,000,000 entries held
+    892 MB once parsed): past it, exit 5 naming the endpoint and the bound. The bound set
+    low here (WLOCK_MAX_PAGE_BYTES) so a page of 120 entries passes it."""
+    repo_id = many_files(hub, "model", "big-page", 120)
+    hub.process.faults(siblings_cap=0)
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\nloader = "all"\n')
+    result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project, timeout=60,
+                       env={"WLOCK_MAX_PAGE_BYTES": "4096"})
+    assert result.code == 5, result.stderr
+    assert f"{hub.endpoint} sent a page of more than 4.1 kB (WLOCK_MAX_PAGE_BYTES)" in \
+        result.stderr, result.stderr
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project, timeout=60).code == 0

@@ -7,6 +7,7 @@ Hub attests, and turns the Hub's failures into WlockErrors that say what to do.
 from __future__ import annotations
 
 import io
+import os
 import re
 import threading
 import time
@@ -29,6 +30,7 @@ from wlock.lock.lockfile import is_commit
 from wlock.lock.names import file_path_problem, repo_id_problem
 from wlock.models import FormatScan, LockedFile, PickleScan, RepoKind
 from wlock.ratelimit import RateBudget
+from wlock.units import human_size
 from wlock.version import __version__
 
 if TYPE_CHECKING:
@@ -52,6 +54,13 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 # general.type) come first, well within this.
 # How far back `history` looks for a locked commit before it says "more than this".
 MAX_HISTORY = 1000
+# A tree listing's bounds (issue 59): a page's body (the Hub's 1,000 entries are ~0.2 MB, 50
+# expanded ones less: past this a page is not a page, and parsing it would hold GBs; a page of
+# 1,000,000 entries held 892 MB), and the entries of one listing, files and folders (the
+# largest repos on the Hub list a few million). WLOCK_MAX_PAGE_BYTES and
+# WLOCK_MAX_LISTING_ENTRIES change them.
+MAX_PAGE_BYTES = 32 * 1024 * 1024
+MAX_LISTING_ENTRIES = 5_000_000
 GGUF_HEAD = 64 * 1024
 DEFAULT_TIMEOUT = 30.0
 
@@ -218,13 +227,24 @@ class HubClient:
         # 1.0 on (0.34 drops it).
         xet_hashes: dict[str, str] = {}
         seen: set[str] = set()
+        folders: set[str] = set()
+        asked: set[str] = set()
+        budget = int(os.environ.get("WLOCK_MAX_LISTING_ENTRIES") or MAX_LISTING_ENTRIES)
         pages = 0
         shown = time.monotonic()
+
+        def broken(why: str, hint: str) -> HubError:
+            return HubError(f"{kind} {repo_id}@{sha[:7]}: {self.endpoint}'s file listing {why}",
+                            repo=repo_id, hint=hint)
+
         while url is not None:
             if time.monotonic() - shown >= 1.0:  # a listing of many pages: say how far
                 shown = time.monotonic()
                 self._note(f"{kind} {repo_id}: {len(entries):,} files listed ({pages} pages)")
-            response = self._get(url, kind, repo_id, f"{kind} {repo_id}: the file listing")
+            asked.add(url)
+            response = self._get(url, kind, repo_id, f"{kind} {repo_id}: the file listing",
+                                 max_bytes=int(os.environ.get("WLOCK_MAX_PAGE_BYTES")
+                                               or MAX_PAGE_BYTES))
             pages += 1
             if response.status_code in (404, 405, 501) and pages == 1 and \
                     response.headers.get("X-Error-Code") is None:
@@ -238,10 +258,16 @@ class HubClient:
             if not isinstance(page, list):
                 raise HubError(f"{kind} {repo_id}: {self.endpoint} answered the file listing "
                                "with something other than a list", repo=repo_id)
+            new = 0
             for raw in page:
-                if not isinstance(raw, dict) or raw.get("type") != "file":
+                if not isinstance(raw, dict):
                     continue
                 path = raw.get("path")
+                if raw.get("type") != "file":
+                    if isinstance(path, str) and path not in folders:
+                        folders.add(path)
+                        new += 1
+                    continue
                 if path in seen:
                     raise HubError(
                         f"{kind} {repo_id}@{sha[:7]}: {self.endpoint} listed {path!r} on two "
@@ -250,6 +276,7 @@ class HubClient:
                         "the first page again: lock through the Hub itself, or a mirror "
                         "that pages.")
                 seen.add(str(path))
+                new += 1
                 if isinstance(raw.get("xetHash"), str):
                     xet_hashes[str(path)] = raw["xetHash"]
                 try:
@@ -259,15 +286,44 @@ class HubClient:
                                    "without its size and hash", repo=repo_id) from None
             following = response.links.get("next", {}).get("url")
             url = urljoin(url, following) if following else None
-            if url is not None and urlsplit(url)[:2] != origin:
-                raise HubError(
-                    f"{kind} {repo_id}: {self.endpoint}'s file listing points its next page "
-                    f"at another host ({urlsplit(url).netloc})", repo=repo_id,
-                    hint="A mirror that passes the Hub's paging links through unchanged: "
-                    "lock through the Hub itself, or a mirror that rewrites them.")
-            if url is not None and not page:
+            if url is None:
+                break
+            if not page:
                 raise HubError(f"{kind} {repo_id}: {self.endpoint}'s file listing gave an "
                                "empty page with a next one", repo=repo_id)
+            if not new:  # a page of folders listed before (a dropped cursor) adds nothing
+                raise broken(f"gave page {pages} with nothing not listed before, and a next "
+                             "one: its paging is broken", "A mirror that drops the "
+                             "listing's cursor serves the first page again: lock through the "
+                             "Hub itself, or a mirror that pages.")
+            if len(seen) + len(folders) > budget:
+                raise broken(f"passed {budget:,} entries ({pages} pages) and goes on",
+                             "A repo this large is rare: if it is one, raise "
+                             "WLOCK_MAX_LISTING_ENTRIES; else the mirror's paging loops.")
+            if urlsplit(url)[:2] != origin:
+                # olah passes the Hub's own `Link` through; the same path and cursor asked
+                # of the endpoint itself is the next page (a mirror's users often cannot
+                # reach the Hub, and the token is the endpoint's).
+                moved = urlsplit(url)
+                base = urlsplit(self.endpoint).path.rstrip("/")
+                tree = f"/api/{prefix}/{repo_id}/tree/"
+                if moved.path.startswith(base + tree):
+                    path = moved.path
+                elif moved.path.startswith(tree):
+                    path = base + moved.path
+                else:
+                    raise HubError(
+                        f"{kind} {repo_id}: {self.endpoint}'s file listing points its next "
+                        f"page at another host ({moved.netloc}) and another path",
+                        repo=repo_id, hint="A mirror that passes the Hub's paging links "
+                        "through unchanged: lock through the Hub itself, or a mirror that "
+                        "rewrites them.")
+                url = urlsplit(self.endpoint)._replace(path=path, query=moved.query,
+                                                       fragment="").geturl()
+            if url in asked:
+                raise broken(f"points page {pages}'s next page at one it gave already: a "
+                             "loop", "The mirror's paging loops: lock through the Hub "
+                             "itself, or a mirror that pages.")
         return files_from_tree(repo_id, entries, xet_hashes)
 
     def history(self, kind: RepoKind, repo_id: str, ref: str, until: str,
@@ -310,10 +366,11 @@ class HubClient:
                                repo=repo_id)
         return out, False
 
-    def _get(self, url: str, kind: RepoKind, repo_id: str, what: str) -> Any:
+    def _get(self, url: str, kind: RepoKind, repo_id: str, what: str,
+             max_bytes: int | None = None) -> Any:
         """GET `url` through the rate budget, retrying 5xx and dropped connections; a 429
         waits as the Hub states (RateBudget) and costs no attempt. The answer, whatever its
-        status otherwise."""
+        status otherwise; a body past `max_bytes` is an error (HubError), read no further."""
         import httpx2
 
         client = self._range_client()
@@ -321,7 +378,8 @@ class HubClient:
         while True:
             self.budget.before(url, what)
             try:
-                response = client.get(url)
+                response = client.get(url) if max_bytes is None else \
+                    self._bounded(client, url, max_bytes, what, repo_id)
             except httpx2.TransportError as e:
                 attempt += 1
                 if attempt >= MAX_TRANSPORT_ATTEMPTS:
@@ -339,6 +397,27 @@ class HubClient:
             if attempt >= MAX_TRANSPORT_ATTEMPTS:
                 return response
             self._sleep(retry_delay(attempt, response.headers.get("Retry-After")))
+
+    def _bounded(self, client: Any, url: str, max_bytes: int, what: str, repo_id: str
+                 ) -> Any:
+        """The answer to GET `url`, its body read to at most `max_bytes`."""
+        import httpx2
+
+        with client.stream("GET", url) as streamed:
+            body = bytearray()
+            for chunk in streamed.iter_bytes():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise HubError(
+                        f"{what}: {self.endpoint} sent a page of more than "
+                        f"{human_size(max_bytes)} (WLOCK_MAX_PAGE_BYTES)", repo=repo_id,
+                        hint="The Hub pages its listings at 1,000 entries (about 0.2 MB): "
+                        "a mirror that answers otherwise cannot be locked through.")
+            # The body as decoded: its encoding and framing headers no longer apply.
+            headers = [(k, v) for k, v in streamed.headers.multi_items() if k.lower() not in
+                       ("content-encoding", "content-length", "transfer-encoding")]
+            return httpx2.Response(streamed.status_code, headers=headers,
+                                   content=bytes(body), request=streamed.request)
 
     def _refused(self, response: Any, kind: RepoKind, repo_id: str, ref: str) -> HubError:
         code = response.headers.get("X-Error-Code")
