@@ -127,11 +127,26 @@ class GrowingHash:
         while self._at < end:
             base = self._at - self._at % mmap.ALLOCATIONGRANULARITY
             length = min(GROWING_WINDOW, end - base)
-            with mmap.mmap(self._fd, length, flags=mmap.MAP_SHARED | _POPULATE,
-                           prot=mmap.PROT_READ, offset=base) as mapped, \
-                    memoryview(mapped) as view:
-                self._digest.update(view[self._at - base:])
+            if has_hole(self._fd, base, base + length):
+                # A hole (a range whose write failed: a full disk) is read, never mapped:
+                # a tmpfs allocates a page to map one, and when it is full that is SIGBUS,
+                # where a read returns zeros (issue 59).
+                self._digest.update(os.pread(self._fd, base + length - self._at, self._at))
+            else:
+                with mmap.mmap(self._fd, length, flags=mmap.MAP_SHARED | _POPULATE,
+                               prot=mmap.PROT_READ, offset=base) as mapped, \
+                        memoryview(mapped) as view:
+                    self._digest.update(view[self._at - base:])
             self._at = base + length
+
+
+def has_hole(fd: int, start: int, end: int) -> bool:
+    """Whether [start, end) of the file `fd` holds a hole (SEEK_HOLE; a filesystem that does
+    not say reports none)."""
+    try:
+        return os.lseek(fd, start, os.SEEK_HOLE) < end
+    except OSError:  # ENXIO past the end, or no SEEK_HOLE: nothing to avoid
+        return False
 
 
 def hash_file(path: str | Path, kind: str) -> str:
@@ -139,6 +154,12 @@ def hash_file(path: str | Path, kind: str) -> str:
     fd = os.open(path, os.O_RDONLY)
     try:
         actual = os.fstat(fd).st_size
+        if actual >= MMAP_FROM and has_hole(fd, 0, actual):
+            # A hole is read, never mapped (a full tmpfs answers a mapped one with SIGBUS).
+            digest = new_digest(kind, actual)
+            for start in range(0, actual, CHUNK):
+                digest.update(os.pread(fd, min(CHUNK, actual - start), start))
+            return str(digest.hexdigest())
         if actual < MMAP_FROM:
             # One read for a small file (read on to the end in case it grew meanwhile).
             data = os.read(fd, actual + 1)

@@ -384,6 +384,9 @@ def test_a_full_disk_mid_download_exits_6(hub: Hub, tmp_path: Path, sharded: Pat
         assert proc.returncode == 6, err
         assert "No space left on device" in err
         assert "check the network" not in err.lower()
+        # A sentence, no signal, nothing half-written left (a SIGBUS left 40 MB: issue 59).
+        assert "Traceback" not in err and str(cache) in err, err
+        assert not list(cache.rglob("*.wlock-incomplete")), list(cache.rglob("*"))
 
 
 def test_download_workers_live_as_long_as_the_sync(hub: Hub, tmp_path: Path, sharded: Path) -> None:
@@ -514,3 +517,26 @@ def test_a_cdn_failing_every_second_request_is_tolerated_at_every_jobs(
     failed = [e for e in hub.process.stats()["log"] if e["status"] == 503]
     assert len(failed) > 8  # the fault fired, many times
     assert run_wlock("check", "--cache-dir", str(tmp_path / "cache"), cwd=project).code == 0
+
+
+def test_hashing_a_file_with_a_hole_on_a_full_disk_is_no_signal(tmp_path: Path) -> None:
+    """A download whose range failed on a full tmpfs leaves a hole; hashing it (the growing
+    hash's last read, `check`'s) mapped the hole, and a full tmpfs answers a mapped hole with
+    SIGBUS: the process died with no message (exit 135, issue 59). Holes are read, never
+    mapped: zeros, a wrong digest, and the sync's ordinary refusal. Seen failing with -7."""
+    with tmpfs(tmp_path / "full", "4m") as mount:
+        partial = mount / "partial"
+        with open(partial, "wb") as f:
+            f.write(b"x" * (1024 * 1024))
+            f.truncate(6 * 1024 * 1024)  # 5 MiB of hole past the bytes written
+        fill_disk(mount)
+        script = ("import sys; from wlock.hashing import GrowingHash, hash_file\n"
+                  "g = GrowingHash(sys.argv[1], 'sha256', 6 * 1024 * 1024)\n"
+                  "print(g.finish()); print(hash_file(sys.argv[1], 'sha256'))")
+        done = subprocess.run([sys.executable, "-c", script, str(partial)],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    import hashlib
+
+    expected = hashlib.sha256(b"x" * (1024 * 1024) + b"\0" * (5 * 1024 * 1024)).hexdigest()
+    assert done.stdout.split() == [expected, expected]
