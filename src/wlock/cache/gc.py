@@ -113,5 +113,14 @@ def execute_gc(plan: GcPlan) -> int:
     touched = {Path(p).parent.parent for p in strategy.snapshots} | {
         Path(p) for p in strategy.repos}
     before = sum(_file_bytes(r) for r in touched)
-    strategy.execute()
+    try:
+        strategy.execute()
+    except OSError as e:  # a read-only or failing cache: a sentence, not a traceback
+        from wlock.errors import LocalError
+
+        raise LocalError(
+            f"cannot remove from the cache at {plan.cache_dir}: {e.strerror or e}",
+            hint="Check that the cache is writable by you (a read-only mount, or another "
+            "user's files); what was removed before this stays removed, and `wlock gc` "
+            "again finishes the rest.") from e
     return before - sum(_file_bytes(r) for r in touched if r.exists())

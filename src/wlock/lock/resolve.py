@@ -547,7 +547,8 @@ def lock_project(
     lock_path = project / LOCK_NAME
     notes: tuple[str, ...] = ()
     previous: Lock | None
-    sides = None if check or not lock_path.exists() else conflict_sides(
+    # A folder where the lock belongs is read_lock's to name (exit 4), not read as text here.
+    sides = None if check or not lock_path.is_file() else conflict_sides(
         lock_path.read_text(encoding="utf-8", errors="replace"))
     if sides is not None:
         ours, theirs = (read_lock(lock_path, text=side) for side in sides)
