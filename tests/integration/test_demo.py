@@ -33,12 +33,13 @@ def test_the_demo_ends_with_the_model_answering_offline() -> None:
 
 def test_without_the_ml_stack_the_demo_says_how_to_add_it(tmp_path: Path) -> None:
     """A Python where transformers, torch and datasets cannot be found (a sitecustomize
-    hides them from importlib, as an environment without them would)."""
+    hides them from importlib, as an environment without them would), with HF_HUB_OFFLINE=1
+    as CI jobs often set it: the demo's Hub is its own, on loopback (it exited 5, issue 59)."""
     (tmp_path / "sitecustomize.py").write_text(
         "import importlib.util as u\n_find = u.find_spec\n"
         "u.find_spec = lambda name, *a: None if name in ('transformers', 'torch', 'datasets')"
         " else _find(name, *a)\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(
         [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])}
     done = subprocess.run([sys.executable, "-m", "wlock", "demo"], capture_output=True,
                           text=True, timeout=600, cwd=ROOT, env=env)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -327,3 +328,19 @@ def test_the_hub_token_never_goes_to_a_token_route_on_another_origin(hub: Hub,
     assert len(routes) >= 2, routes  # refreshed at least once while it downloaded
     assert not [e for e in routes if e["auth"]], routes
     assert run_wlock("check", cwd=project).code == 0
+
+
+def test_an_edited_xet_hash_fails_check_remote(hub: Hub, tmp_path: Path) -> None:
+    """Every field the lock records is compared with the Hub (issue 59): a Xet hash edited
+    by hand passed `lock --check --remote`, `sync` and `check`. Now exit 3 naming the file.
+    Seen failing (exit 0) with the Xet hash left out of the comparison."""
+    project, _, _ = xet_project(hub, tmp_path, sizes=(2_000_000, 1_000_000))
+    text = (project / "weights.lock").read_text()
+    xet = re.search(r'xet = "([0-9a-f]{64})"', text)
+    assert xet is not None, text
+    forged = text.replace(xet[1], "0" * 64, 1)
+    (project / "weights.lock").write_text(forged)
+    result = run_wlock("lock", "--check", "--remote", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 3, result.stderr
+    assert f"the lock says Xet hash {'0' * 64}; the Hub attests {xet[1]}" in result.stderr, \
+        result.stderr

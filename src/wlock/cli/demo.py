@@ -53,6 +53,10 @@ def run_demo() -> None:
             info(f"Example Hub at {hub.endpoint} (CDN at {hub.cdn}).")
             shutil.copyfile(example_manifest(), project / "weights.toml")
             os.environ["HF_HOME"] = str(root / "hf-home")
+            # The demo's Hub is its own, on loopback: HF_HUB_OFFLINE (a CI default) keeps
+            # wlock off the network, not off it (issue 59). The last step loads offline.
+            for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+                os.environ.pop(name, None)
             steps = [
                 ["lock", "--project", str(project), "--endpoint", hub.endpoint],
                 ["lock", "--check", "--project", str(project)],

@@ -690,6 +690,11 @@ def verify_remote(manifest: Manifest, lock: Lock, *, endpoint: str, token: str |
                 findings.append(f"{where}: {path}: the lock says {a.size} bytes, "
                                 f"{a.hash_kind} {a.etag}; the Hub attests {b.size} bytes, "
                                 f"{b.hash_kind} {b.etag}")
+            elif a is not None and b is not None and a.xet != b.xet:
+                # Every field the lock records is compared (issue 59): the Xet hash is
+                # what an upgrade's chunk reuse and the Xet engine fetch by.
+                findings.append(f"{where}: {path}: the lock says Xet hash {a.xet or 'none'}; "
+                                f"the Hub attests {b.xet or 'none'}")
     for repo in fresh.repos:
         if lock.find(*repo.key) is None:
             findings.append(f"{repo.kind} {repo.id}: weights.toml asks for it, the lock has "
