@@ -463,3 +463,16 @@ def test_a_malformed_xet_hash_is_refused_at_its_line(tmp_path: Path, mutate) -> 
         read_lock(path)
     assert "`model.files`: acme/xet:" in str(excinfo.value)
     assert "malformed xet" in str(excinfo.value), excinfo.value
+
+
+def test_a_paths_length_is_counted_in_bytes_not_characters() -> None:
+    """A name of 100 three-byte characters is 300 bytes: past what any filesystem takes for
+    one name (255 bytes), though 100 characters are not. Seen passing with `len(part)`."""
+    from wlock.lock.names import file_path_problem
+
+    assert file_path_problem("é" * 127) is None  # 254 bytes
+    found = file_path_problem("models/" + "語" * 100 + ".bin")
+    assert found is not None and "a part of 304 bytes" in found, found
+    deep = "/".join(["ü" * 60] * 40)  # 40 parts of 120 bytes: 4,839 bytes, 2,439 characters
+    found = file_path_problem(deep)
+    assert found is not None and "4839 bytes" in found, found

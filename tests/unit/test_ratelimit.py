@@ -88,3 +88,21 @@ def test_a_429_stating_no_spent_budget_is_left_to_the_callers_bounded_retries() 
     assert rates.after(API, 429, {"Retry-After": "3"}, "x") is None
     rates.before(API, "x")
     assert clock.slept == []
+
+
+def test_the_bound_is_on_the_total_waited_not_each_wait() -> None:
+    """Three 400 s resets under the default 900 s bound: two are waited, the third would pass
+    the total and ends the command at once (issue 59: a bound applied to each wait let all
+    three through, 1,200 s). Seen failing with the bound compared to the one wait."""
+    clock = Clock()
+    rates, shown = budget(clock, max_wait=900)
+    for n in range(3):
+        rates.after(API, 429, {"RateLimit": '"api";r=0;t=400',
+                               "RateLimit-Policy": '"fixed window";"api";q=500;w=400'}, "x")
+        if n < 2:
+            rates.before(API, "model acme/x")
+            continue
+        with pytest.raises(RateLimitedError) as refused:
+            rates.before(API, "model acme/x")
+        assert "800 s waited already" in str(refused.value)
+    assert clock.slept == [400, 400] and len(shown) == 2
