@@ -172,6 +172,11 @@ def test_a_file_the_endpoint_serves_itself_comes_in_its_blocks(hub: Hub,
     {"action": "truncate", "bytes": 100},  # a block cut short (the last one is 777 bytes)
     {"action": "range", "mode": "short"},  # fewer bytes than the range asked
     {"action": "range", "mode": "wrong"},  # another range than the one asked
+    # The bytes asked, but a Content-Range whose total is not the file's size, and a 206
+    # with none (issue 59: both were taken for the range asked; seen passing with either
+    # check removed, since the bytes themselves are right).
+    {"action": "range", "mode": "total"},
+    {"action": "range", "mode": "bare"},
     {"action": "corrupt"},  # one byte flipped: only the hash can tell
 ])
 def test_a_block_gone_wrong_once_is_fetched_again(hub: Hub, tmp_path: Path,

@@ -25,7 +25,8 @@ redirect's Location header, sent as given, so "?moved=1" points at the same path
 connection silent for `seconds`, default 600), `corrupt` (flip one byte of the body),
 `drop` (close the connection without answering), `delay` (`delay_ms`), `trickle` (the body a
 byte every `interval` seconds, default 0.5), `range` (a request
-with a Range header answered wrongly, by `mode`: `short`, `wrong`, `ignore` or `decoy` with
+with a Range header answered wrongly, by `mode`: `short`, `wrong`, `total`, `bare`, `ignore`
+or `decoy` with
 `data_b64`; see _Handler._send_bad_range in server.py),
 `inject_file` (add `name` to every file listing of the matched repo: a malicious listing), and
 `raw` (`data_b64` sent as the whole answer, byte for byte; `repeat_every` seconds apart for

@@ -569,7 +569,9 @@ class _Handler(BaseHTTPRequestHandler):
                         rule: Any) -> None:
         """A range answered as a hostile or broken server answers it (`mode`): `short` (half
         the bytes asked, with a Content-Range that says so), `wrong` (the bytes asked under
-        a Content-Range naming others), `ignore` (200 and the whole file), `decoy` (the
+        a Content-Range naming others), `total` (the bytes asked, the Content-Range naming
+        another size of the whole), `bare` (the bytes asked, 206 without a Content-Range),
+        `ignore` (200 and the whole file), `decoy` (the
         ranges cut from `data_b64` instead of the file, padded with zeros to its size: what
         a server shows a scanner that reads ranges, and not a download)."""
         mode = rule.params.get("mode", "short")
@@ -590,10 +592,13 @@ class _Handler(BaseHTTPRequestHandler):
         shown = f"bytes {start}-{end}/{size}"
         if mode == "wrong":
             shown = f"bytes {start + 1}-{end + 1}/{size}"
+        if mode == "total":
+            shown = f"bytes {start}-{end}/{size + 1}"
         body = content[start:end + 1]
         if self._logged is not None:
             self._logged["bytes"] = len(body)
-        self._file_head(206, len(body), {**headers, "Content-Range": shown})
+        self._file_head(206, len(body), {**headers} if mode == "bare" else
+                        {**headers, "Content-Range": shown})
         self._end_headers_with(body)
 
     def _file_head(self, status: int, length: int, headers: dict[str, str]) -> None:
