@@ -390,3 +390,26 @@ def test_a_page_past_the_stated_bound_is_refused_unparsed(hub: Hub, tmp_path: Pa
     assert f"{hub.endpoint} sent a page of more than 4.1 kB (WLOCK_MAX_PAGE_BYTES)" in \
         result.stderr, result.stderr
     assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project, timeout=60).code == 0
+
+
+def test_an_endpoint_without_the_tree_route_is_trusted_below_1000_files_only(
+        hub: Hub, tmp_path: Path) -> None:
+    """Without `/tree/`, repo info's `siblings` is all there is, and the Hub cuts it (at
+    100,000, or earlier under load): trusted below 1,000 files, as the docs say; at 1,000 no
+    lock is written (exit 5). Seen passing 1,000 files with the bound raised to 100,000."""
+    small, big = many_files(hub, "model", "no-tree-small", 12), \
+        many_files(hub, "model", "no-tree-big", 1000)
+    hub.process.faults({"action": "status", "status": 404, "listener": "hub",
+                        "match": "/tree/"})
+    try:
+        project = write_project(tmp_path / "a", f'[[model]]\nid = "{small}"\nloader = "all"\n')
+        assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+        assert len(locked_paths(project)) == 12
+        project = write_project(tmp_path / "b", f'[[model]]\nid = "{big}"\nloader = "all"\n')
+        result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project, timeout=120)
+    finally:
+        hub.process.faults()
+    assert result.code == 5, result.stderr
+    assert "serves no tree listing, and repo info lists 1000 files" in result.stderr, \
+        result.stderr
+    assert not (project / "weights.lock").exists()
