@@ -62,7 +62,8 @@ def test_a_link_that_caps_each_stream_gets_the_ceiling(
     assert chosen.four_streams > 2.5 * chosen.one_stream
     assert chosen.per_file == 16 and "the link per stream" in chosen.limit
     # Four streams at ~4x one: decisive, no third round trip for a second single stream.
-    assert hub.process.stats()["requests"]["cdn"] == 1 + 4
+    # One single stream, four, and a second single stream confirming the gain (issue 59).
+    assert hub.process.stats()["requests"]["cdn"] == 1 + 4 + 1
     assert tune(hub, big, tmp_path, files=1, connections=32).per_file == 32
 
 
@@ -81,8 +82,8 @@ def test_the_four_streams_are_sent_while_the_one_arrives(
     chosen = tune(hub, big, tmp_path)
     assert chosen.capped and chosen.per_file == 16, chosen
     ranges = [e for e in hub.process.stats()["log"] if is_probe(e)]
-    assert len(ranges) == 5, ranges
-    one, four = ranges[0], ranges[1:]
+    assert len(ranges) == 6, ranges  # the last: a second single stream confirming the gain
+    one, four = ranges[0], ranges[1:5]
     # The one's last byte is due `delay + body` after its request; the four were asked for
     # a round trip before that (one after the other: at that moment, or later). The log's
     # `end` is no measure of that: the emulator paces after each write, so it logs the end
@@ -115,8 +116,10 @@ def test_loopback_keeps_todays_connections(hub: Hub, big: str, tmp_path: Path) -
 
 
 @pytest.mark.parametrize("one, four, again, used, more", [
-    (10.0, 40.0, None, 10.0, True),   # decisive: four bring 4x, no second look
-    (10.0, 30.0, None, 10.0, True),   # at DECISIVE exactly
+    (10.0, 40.0, 10.0, 10.0, True),   # four bring 4x, confirmed by a second look: capped
+    # A single stream descheduled under load (CI: 2.6 MB/s against four's 15 on a link
+    # capped as a whole, taken as decisive without a second look): the second says not.
+    (2.6, 15.0, 15.0, 15.0, False),
     (10.0, 25.0, 10.0, 10.0, True),   # 2.5x: looked at again, the same: capped
     (10.0, 25.0, 15.0, 15.0, False),  # the first single stream was slowed (a busy machine)
     (10.0, 15.0, None, 10.0, False),  # under GAIN: nothing to look at again
