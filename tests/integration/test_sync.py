@@ -1058,8 +1058,8 @@ def test_ctrl_c_stops_a_sync_waiting_for_another_writers_download(
     try:
         for _ in ("holder", "waiter"):  # a holder that writes nothing: a stall after 300 s
             syncs.append(subprocess.Popen(
-                [sys.executable, "-m", "wlock", "sync", "--endpoint", hub.endpoint,
-                 "--cache-dir", str(cache), "--timeout", "300"], cwd=project,
+                [sys.executable, "-X", "faulthandler", "-m", "wlock", "sync", "--endpoint",
+                 hub.endpoint, "--cache-dir", str(cache), "--timeout", "300"], cwd=project,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, start_new_session=True,
                 preexec_fn=default_signals))
@@ -1072,7 +1072,11 @@ def test_ctrl_c_stops_a_sync_waiting_for_another_writers_download(
         os.killpg(waiter.pid, signal.SIGINT)
         # Not a wall-clock bound a loaded machine can break (30 s was, issue 59): the waiter
         # ends while the holder still waits on its 120 s stall, so it did not wait for it.
-        _, err = waiter.communicate(timeout=100)
+        try:
+            _, err = waiter.communicate(timeout=100)
+        except subprocess.TimeoutExpired:  # where it hangs, every thread, for the reader
+            waiter.send_signal(signal.SIGABRT)
+            raise AssertionError(waiter.communicate(timeout=30)[1][-6000:]) from None
         assert syncs[0].poll() is None, "the holder's download ended first"
         assert waiter.returncode == 130, err
         assert err.endswith("Aborted.\n") and "Traceback" not in err

@@ -42,21 +42,25 @@ def repo(hub: Hub, files: int) -> str:
 
 
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("command", ["lock", "sync"])
+@pytest.mark.parametrize("command", ["lock", "sync", "add", "outdated"])
 def test_a_signal_ends_a_rate_limit_wait_at_once(hub: Hub, tmp_path: Path, command: str,
                                                  signame: str) -> None:
     """A 60 s reset: the command ends within 3 s of the signal (it lived out the whole wait,
     printing `resuming in 60 s` after "Aborted.", and a worker's plain sleep kept the
     process alive). Seen failing with the rate budget's plain time.sleep."""
     repo_id = repo(hub, 12)
-    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\nloader = "all"\n')
-    if command == "sync":
+    entries = [repo_id, repo(hub, 2)] if command == "outdated" else [repo_id]  # 2 requests
+    project = write_project(tmp_path / "p", "" if command == "add" else "".join(
+        f'[[model]]\nid = "{e}"\nloader = "all"\n\n' for e in entries))
+    if command in ("sync", "outdated"):
         assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
-    kind = "api" if command == "lock" else "resolvers"
+    kind = "resolvers" if command == "sync" else "api"
     hub.process.faults(rate_limits={kind: {"q": 1, "w": 60}})
     hub.process.reset_stats()
     cache = tmp_path / "cache"
-    proc = started([command, "--endpoint", hub.endpoint, "--cache-dir", str(cache)], project,
+    args = {"add": ["add", repo_id, "--loader", "all"], "outdated": ["outdated"]}.get(
+        command, [command, "--cache-dir", str(cache)])
+    proc = started([*args, "--endpoint", hub.endpoint], project,
                    env={"HF_HUB_DISABLE_PROGRESS_BARS": "1"})
     try:
         waiting(hub, kind, proc)
@@ -73,4 +77,6 @@ def test_a_signal_ends_a_rate_limit_wait_at_once(hub: Hub, tmp_path: Path, comma
     assert took < 3, (took, err)
     assert f"rate limited by the Hub ({kind}): resuming in" in err, err  # said, bars off
     assert err.count("resuming in") == 1, err  # not again after the signal
+    if command == "add":
+        assert (project / "weights.toml").read_text() == ""  # left as it was
     assert not list(cache.rglob("*.wlock-incomplete")) if cache.exists() else True

@@ -171,7 +171,9 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=args, prog_name="wlock", standalone_mode=False)
     except click.exceptions.Abort as e:
         click.echo("Aborted.", err=True)
-        sys.exit(143 if isinstance(e.__cause__, Terminated) else 130)
+        # click chains the signal's exception (`from e`) since 8.1.4, and leaves it as the
+        # context before.
+        sys.exit(143 if isinstance(e.__cause__ or e.__context__, Terminated) else 130)
     except click.ClickException as e:
         e.show()
         code = ExitCode.USAGE if isinstance(e, click.UsageError) else e.exit_code

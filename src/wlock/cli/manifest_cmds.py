@@ -186,6 +186,9 @@ def add(
             e.hint = ((e.hint + "\n") if e.hint else "") + (
                 f"{MANIFEST_NAME} was left as it was.")
             raise
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM mid-lock: nothing half-added either
+            write_bytes_atomic(path, before)
+            raise
         entry = result.lock.find(kind, repo_id) or next(
             r for r in result.lock.repos if r.kind == kind and r.id.lower() == repo_id.lower())
         revision = entry.revision

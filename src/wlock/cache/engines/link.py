@@ -384,8 +384,6 @@ class Link:
 
         Every stream's thread and client are made before the first request, not while a
         body is read and timed (its reader would share the interpreter with them)."""
-        from concurrent.futures import ThreadPoolExecutor
-
         headers = self.route.headers_for(url)
         streams = [(n, r) for r, numbers in enumerate(rounds) for n in numbers]
         ready = threading.Barrier(len(streams))
@@ -449,8 +447,27 @@ class Link:
                     due[r + 1].set()
             return settled(arrivals, knee)
 
-        with ThreadPoolExecutor(len(streams)) as pool:
-            bodies = list(pool.map(get, streams))
+        # Daemon threads, joined in steps: a pool's workers are joined at the interpreter's
+        # exit, so a probe stalled on its server (a CDN that holds the answer) would hold a
+        # Ctrl-C'd command until the stall ended (issue 59: every wait ends when asked).
+        bodies: list[list[tuple[float, int]]] = [[] for _ in streams]
+        errors: dict[int, BaseException] = {}
+
+        def run(i: int) -> None:
+            try:
+                bodies[i] = get(streams[i])
+            except BaseException as e:  # noqa: BLE001 - the caller's to raise, as pool.map's
+                errors[i] = e
+
+        threads = [threading.Thread(target=run, args=(i,), daemon=True, name="wlock-probe")
+                   for i in range(len(streams))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.1)
+        if errors:
+            raise errors[min(errors)]
         return [[body for body, (_, r) in zip(bodies, streams, strict=True) if r == k]
                 for k in range(len(rounds))]
 
