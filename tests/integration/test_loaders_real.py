@@ -239,19 +239,25 @@ def test_an_adapter_and_its_base_load_offline_under_wlock_run(
     base = lock.find("model", base_id)
     assert base is not None and base.revision == base_commit
     assert lock.find("model", adapter_id).requires == (base_id,)  # type: ignore[union-attr]
+    got = logits_under_run(project, cache, tmp_path, "from peft import AutoPeftModelForCausalLM",
+                           f"AutoPeftModelForCausalLM.from_pretrained({adapter_id!r})")
+    assert got == pytest.approx(expected, abs=1e-5)
+
+
+def logits_under_run(project: Path, cache: Path, tmp_path: Path, imports: str, load: str
+                     ) -> list[float]:
+    """The logits of the model `load` gives (after `imports`) for [[1, 2, 3, 4]], computed
+    by a script under `wlock run`, offline."""
     script = tmp_path / "load.py"
-    script.write_text(textwrap.dedent(f"""
-        import json, torch
-        from peft import AutoPeftModelForCausalLM
-        model = AutoPeftModelForCausalLM.from_pretrained({adapter_id!r})
-        with torch.no_grad():
-            print(json.dumps(model(torch.tensor([[1, 2, 3, 4]])).logits.flatten().tolist()))
-    """))
+    script.write_text(f"import json, torch\n{imports}\nmodel = {load}\n"
+                      "with torch.no_grad():\n"
+                      "    print(json.dumps(model(torch.tensor([[1, 2, 3, 4]])).logits"
+                      ".flatten().tolist()))\n")
     ran = run_wlock("run", "--cache-dir", str(cache), "--", sys.executable, str(script),
                     cwd=project, env={"HF_HUB_OFFLINE": "1"})
     assert ran.code == 0, ran.stderr[-3000:]
-    got = json.loads(ran.stdout.strip().splitlines()[-1])
-    assert got == pytest.approx(expected, abs=1e-5)
+    got: list[float] = json.loads(ran.stdout.strip().splitlines()[-1])
+    return got
 
 
 @pytest.mark.parametrize("projector", ["mmproj-tiny-f16.gguf", "vision/mmproj-tiny-f16.gguf",

@@ -18,7 +18,13 @@ import pytest
 from tests.conftest import Hub, run_wlock
 from tests.integration import test_datasets_real as data
 from tests.integration.test_load_gate_breakages import gpt2
-from tests.integration.test_loaders_real import add_and_sync, offline, publish, tiny_bert
+from tests.integration.test_loaders_real import (
+    add_and_sync,
+    logits_under_run,
+    offline,
+    publish,
+    tiny_bert,
+)
 from wlock.lock.lockfile import read_lock
 
 torch = pytest.importorskip("torch")
@@ -49,18 +55,10 @@ def test_a_merged_model_uploaded_with_its_lora_files_loads_offline(hub: Hub, tmp
     entry = lock.find("model", repo_id)
     assert entry is not None and entry.requires == (base_id,)
     assert {"adapter_config.json", "adapter_model.safetensors"} <= {f.path for f in entry.files}
-    script = tmp_path / "load.py"
-    script.write_text(textwrap.dedent(f"""
-        import json, torch
-        from transformers import AutoModelForCausalLM
-        model = AutoModelForCausalLM.from_pretrained({repo_id!r})
-        with torch.no_grad():
-            print(json.dumps(model(torch.tensor([[1, 2, 3, 4]])).logits.flatten().tolist()))
-    """))
-    ran = run_wlock("run", "--cache-dir", str(cache), "--", sys.executable, str(script),
-                    cwd=project, env={"HF_HUB_OFFLINE": "1"})
-    assert ran.code == 0, ran.stderr[-3000:]
-    assert json.loads(ran.stdout.strip().splitlines()[-1]) == pytest.approx(expected, abs=1e-5)
+    got = logits_under_run(project, cache, tmp_path, "from transformers import "
+                           "AutoModelForCausalLM",
+                           f"AutoModelForCausalLM.from_pretrained({repo_id!r})")
+    assert got == pytest.approx(expected, abs=1e-5)
     # Pinned, it does not load: transformers passes the adapter repo's revision on to the
     # base (`from_pretrained(id, revision=commit)` asks for the base at that commit), and
     # the gate, loading as pinned code does, says so naming the base's file.

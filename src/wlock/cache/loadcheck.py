@@ -160,20 +160,19 @@ def _load(lock: Lock, repo: LockedRepo, library: str | None, here: set[str], cac
         return EntryLoad(repo.kind, repo.id, repo.revision, library, "failed",
                          error=f"the load's process died: {tail}")
     did = tuple(answer.get("did") or ())
+    left_out = _asked_and_left_out(repo, answer.get("asked") or ())
     if not answer.get("ok"):
-        # A library that globs (datasets) fails without naming what is gone: a locked file
-        # the snapshot lacks is the cause `check` reports too.
         wanted, error = answer.get("wanted"), str(answer.get("error") or "")
-        left_out = _asked_and_left_out(repo, answer.get("asked") or ())
         if left_out and (wanted is None or wanted not in error):
             wanted = left_out[0]  # the library asked for it and the lock left it out
             error += (f" ({library} asked for {', '.join(left_out)}, which the lock leaves "
                       "out)")
+        # A library that globs (datasets) fails without naming what is gone: a locked file
+        # the snapshot lacks is the cause `check` reports too.
         wanted = wanted or next(
             (f.path for f in repo.files if not (snapshot / f.path).exists()), None)
         return EntryLoad(repo.kind, repo.id, repo.revision, library, "failed", did=did,
                          error=error, wanted=wanted)
-    left_out = _asked_and_left_out(repo, answer.get("asked") or ())
     if left_out:
         return EntryLoad(
             repo.kind, repo.id, repo.revision, library, "failed", did=did, wanted=left_out[0],
