@@ -413,3 +413,15 @@ def test_an_endpoint_without_the_tree_route_is_trusted_below_1000_files_only(
     assert "serves no tree listing, and repo info lists 1000 files" in result.stderr, \
         result.stderr
     assert not (project / "weights.lock").exists()
+
+
+def test_siblings_with_a_blob_id_and_no_size_do_not_disagree(hub: Hub, tmp_path: Path) -> None:
+    """A mirror lists repo info's files with their blobId and no size: nothing to compare
+    them by, so the tree listing's sizes and hashes stand, and the lock is whole. Seen failing
+    ("the Hub's two listings of the commit disagree") with a missing size taken as one."""
+    repo_id = many_files(hub, "model", "no-sizes", 30)
+    hub.process.faults(siblings_sizes=False)
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\nloader = "all"\n')
+    result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert result.code == 0, result.stderr
+    assert len(locked_paths(project)) == 30

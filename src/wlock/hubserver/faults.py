@@ -3,6 +3,7 @@
     {"latency_ms": 50,                       # added before every request on both listeners
      "tree_page_size": 100,                  # smaller pages to exercise Link pagination
      "siblings_cap": 1000,                   # repo info lists at most this many siblings
+     "siblings_sizes": false,                # ... each blobId without its size (a mirror)
      "tree_paging": "ignore_cursor",         # a mirror's broken pager: "ignore_cursor" (the
                                              # first page again), "foreign_link" (its next
                                              # page named on another host)
@@ -202,6 +203,8 @@ class Faults:
         self.latency_ms = 0.0
         self.tree_page_size = 1000
         self.siblings_cap = SIBLINGS_CAP
+        # False: repo info's siblings carry a blobId without its size (a mirror's way).
+        self.siblings_sizes = True
         self.tree_paging: str | None = None
         self.tree_hide: frozenset[str] = frozenset()
         self.rates = RateWindows(DEFAULT_RATE_LIMITS)
@@ -225,6 +228,7 @@ class Faults:
             self.latency_ms = float(raw.get("latency_ms", 0))
             self.tree_page_size = int(raw.get("tree_page_size", 1000))
             self.siblings_cap = int(raw.get("siblings_cap", SIBLINGS_CAP))
+            self.siblings_sizes = bool(raw.get("siblings_sizes", True))
             paging = raw.get("tree_paging")
             if paging not in (None, "ignore_cursor", "foreign_link"):
                 raise ValueError(f"unknown tree_paging {paging!r}")

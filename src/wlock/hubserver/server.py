@@ -811,7 +811,8 @@ class _Handler(BaseHTTPRequestHandler):
             sibling: dict[str, Any] = {"rfilename": path}
             if blobs:
                 sibling["blobId"] = f.blob_id
-                sibling["size"] = f.size
+                if self.server.app.faults.siblings_sizes:
+                    sibling["size"] = f.size
                 if f.lfs:
                     sibling["lfs"] = {
                         "sha256": f.sha256, "size": f.size, "pointerSize": f.pointer_size
