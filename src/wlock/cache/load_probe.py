@@ -50,10 +50,8 @@ PEFT_AUTO = {"CAUSAL_LM": "AutoPeftModelForCausalLM", "SEQ_2_SEQ_LM": "AutoPeftM
              "QUESTION_ANS": "AutoPeftModelForQuestionAnswering",
              "FEATURE_EXTRACTION": "AutoPeftModelForFeatureExtraction"}
 
-# (repo id, path) of every file asked of huggingface_hub that it could not give, and of
-# every file it gave.
+# (repo id, path) of every file asked of huggingface_hub that it could not give.
 _missed: list[tuple[str, str]] = []
-_found: list[tuple[str, str]] = []
 _weights_on_meta = False
 
 
@@ -75,12 +73,10 @@ def _watch_downloads() -> None:
         sub = kwargs.get("subfolder") or ""
         asked = (str(kwargs.get("repo_id") or ""), f"{sub}/{name}" if sub else name)
         try:
-            found = real(*args, **kwargs)
+            return real(*args, **kwargs)
         except Exception:
             _missed.append(asked)
             raise
-        _found.append(asked)
-        return found
 
     file_download._hf_hub_download_to_cache_dir = watched
 
