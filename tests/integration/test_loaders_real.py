@@ -556,13 +556,9 @@ def test_processor_remote_code_from_another_repo_is_locked_and_runs_offline(
     assert result == {"class": "TinyImageProcessor", "scale": 0.5}
 
 
-def test_a_router_models_sub_modules_are_locked_and_load_offline(hub: Hub, tmp_path: Path
-                                                                ) -> None:
-    """sentence-transformers' Router (asymmetric query/document encoders) keeps each route's
-    modules in folders modules.json does not list (`query_0_Transformer/`, named in
-    router_config.json): their weights are locked, and the model encodes queries and
-    documents offline as the full save does. Seen failing (the routes' model.safetensors
-    left out, the offline load failing) before the rule followed router_config.json."""
+def router_model(tmp_path: Path) -> Path:
+    """A sentence-transformers Router (a query and a document route) as the library saves
+    it, in `tmp_path / "full"`."""
     from sentence_transformers import SentenceTransformer, models
 
     query = models.Transformer(str(tiny_bert(tmp_path / "q")), max_seq_length=16)
@@ -571,6 +567,30 @@ def test_a_router_models_sub_modules_are_locked_and_load_offline(hub: Hub, tmp_p
                                               document_modules=[document])
     full = tmp_path / "full"
     SentenceTransformer(modules=[router, models.Pooling(16)]).save(str(full))
+    return full
+
+
+# Queries and documents encoded by the locked repo (offline) and by the full save, alike.
+ROUTER_SAME = """
+    import json, sys
+    from sentence_transformers import SentenceTransformer
+    repo, revision, full = sys.argv[1:4]
+    locked, whole = SentenceTransformer(repo, revision=revision), SentenceTransformer(full)
+    text = ["the cat sat on the mat"]
+    same = bool((locked.encode_query(text) == whole.encode_query(text)).all()) and bool(
+        (locked.encode_document(text) == whole.encode_document(text)).all())
+    print(json.dumps({"same": same}))
+"""
+
+
+def test_a_router_models_sub_modules_are_locked_and_load_offline(hub: Hub, tmp_path: Path
+                                                                ) -> None:
+    """sentence-transformers' Router (asymmetric query/document encoders) keeps each route's
+    modules in folders modules.json does not list (`query_0_Transformer/`, named in
+    router_config.json): their weights are locked, and the model encodes queries and
+    documents offline as the full save does. Seen failing (the routes' model.safetensors
+    left out, the offline load failing) before the rule followed router_config.json."""
+    full = router_model(tmp_path)
     extra = {"onnx/model.onnx": b"\x08" * 3000}
     repo_id, files = publish(hub, "router", full, "sentence-transformers", extra)
     project, cache, revision = add_and_sync(hub, tmp_path, repo_id)
@@ -578,17 +598,7 @@ def test_a_router_models_sub_modules_are_locked_and_load_offline(hub: Hub, tmp_p
     assert locked == {p for p in files if p not in extra}
     assert {"query_0_Transformer/model.safetensors",
             "document_0_Transformer/model.safetensors"} <= locked
-    result = offline("""
-        import json, sys
-        from sentence_transformers import SentenceTransformer
-        repo, revision, full = sys.argv[1:4]
-        locked, whole = SentenceTransformer(repo, revision=revision), SentenceTransformer(full)
-        text = ["the cat sat on the mat"]
-        same = bool((locked.encode_query(text) == whole.encode_query(text)).all()) and bool(
-            (locked.encode_document(text) == whole.encode_document(text)).all())
-        print(json.dumps({"same": same}))
-    """, cache, repo_id, revision, str(full))
-    assert result == {"same": True}
+    assert offline(ROUTER_SAME, cache, repo_id, revision, str(full)) == {"same": True}
 
 
 def test_a_single_diffusers_component_is_locked_and_loads_offline(hub: Hub, tmp_path: Path

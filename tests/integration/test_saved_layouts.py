@@ -19,10 +19,12 @@ from tests.conftest import Hub, run_wlock
 from tests.integration import test_datasets_real as data
 from tests.integration.test_load_gate_breakages import gpt2
 from tests.integration.test_loaders_real import (
+    ROUTER_SAME,
     add_and_sync,
     logits_under_run,
     offline,
     publish,
+    router_model,
     tiny_bert,
 )
 from wlock.lock.lockfile import read_lock
@@ -145,14 +147,7 @@ def test_a_router_saved_with_the_legacy_config_json_loads_offline(hub: Hub, tmp_
     """A Router (Asym before it) whose routes are named in the legacy `config.json` of its
     folder, not `router_config.json`: `Router.load` reads either, so the loader follows
     either. Seen failing with the loader reading router_config.json only."""
-    from sentence_transformers import SentenceTransformer, models
-
-    query = models.Transformer(str(tiny_bert(tmp_path / "q")), max_seq_length=16)
-    document = models.Transformer(str(tiny_bert(tmp_path / "d")), max_seq_length=16)
-    router = models.Router.for_query_document(query_modules=[query],
-                                              document_modules=[document])
-    full = tmp_path / "full"
-    SentenceTransformer(modules=[router, models.Pooling(16)]).save(str(full))
+    full = router_model(tmp_path)
     routed = list(full.rglob("router_config.json"))
     assert routed
     for config in routed:
@@ -162,13 +157,4 @@ def test_a_router_saved_with_the_legacy_config_json_loads_offline(hub: Hub, tmp_
     locked = {f.path for f in read_lock(project / "weights.lock").repos[0].files}
     assert {"query_0_Transformer/model.safetensors",
             "document_0_Transformer/model.safetensors"} <= locked
-    result = offline("""
-        import json, sys
-        from sentence_transformers import SentenceTransformer
-        repo, revision, full = sys.argv[1:4]
-        locked, whole = SentenceTransformer(repo, revision=revision), SentenceTransformer(full)
-        text = ["the cat sat on the mat"]
-        print(json.dumps({"same": bool((locked.encode_query(text)
-                                        == whole.encode_query(text)).all())}))
-    """, cache, repo_id, revision, str(full))
-    assert result == {"same": True}
+    assert offline(ROUTER_SAME, cache, repo_id, revision, str(full)) == {"same": True}
