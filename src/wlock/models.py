@@ -272,6 +272,10 @@ class LockedRepo:
     # Chat templates, Keras configs and ONNX external data that would run code or read past
     # the model's folder, or could not be judged.
     formats: tuple[FormatScan, ...] = ()
+    # The digest of the paths of `files` and `skipped` as `wlock lock` wrote them
+    # (`paths-digest`), None in a lock made before it: a line deleted by hand shows
+    # (lockfile.deleted_lines).
+    paths_digest: str | None = field(default=None, compare=False)
 
     @property
     def key(self) -> tuple[RepoKind, str]:

@@ -177,8 +177,9 @@ FORGERIES = {
 @pytest.mark.parametrize("forgery", sorted(FORGERIES))
 def test_a_hand_edited_lock_fails_check_remote_naming_the_entry_and_file(
         hub: Hub, tmp_path: Path, forgery: str) -> None:
-    """What a pull request can do to weights.lock that every offline gate lets through:
-    `lock --check` (offline) passes, `lock --check --remote` exits 3 naming it."""
+    """What a pull request can do to weights.lock: `lock --check` (offline) sees a line
+    deleted or added (the paths-digest) and lets a changed size, hash or revision through
+    (the bytes' question); `lock --check --remote` exits 3 naming each."""
     example = Path(__file__).resolve().parents[2] / "weights.lock.example"
     project = write_project(tmp_path, '[[model]]\nid = "acme/tiny-bert"\n'
                             'loader = "transformers"\n\n[[dataset]]\nid = "acme/tiny-squad"\n'
@@ -194,7 +195,12 @@ def test_a_hand_edited_lock_fails_check_remote_naming_the_entry_and_file(
     forged = edit(genuine)
     assert forged != genuine
     (project / "weights.lock").write_text(forged, encoding="utf-8")
-    assert run_wlock("lock", "--check", cwd=project).code == 0  # offline: not its question
+    offline = run_wlock("lock", "--check", cwd=project)
+    if forgery in ("a file line deleted", "a file line added"):  # the paths-digest tells
+        assert offline.code == 3, offline.stderr
+        assert "file lines of acme/tiny-bert were deleted or added by hand" in offline.stderr
+    else:
+        assert offline.code == 0, offline.stderr  # the bytes' question: sync and check
     result = run_wlock("lock", "--check", "--remote", "--endpoint", hub.endpoint, cwd=project)
     assert result.code == 3, result.stderr
     assert "weights.lock disagrees with what" in result.stderr

@@ -177,6 +177,32 @@ def test_a_chat_template_left_out_fails_though_the_tokenizer_loads(
     assert "the lock leaves out" in loads[repos["chat"]]["error"]
 
 
+def test_tokenizer_lines_deleted_from_the_lock_by_hand_fail(
+        hub: Hub, repos: dict[str, str], tmp_path: Path) -> None:
+    """No `exclude` records them: the entry's files-digest shows the lines were deleted, and
+    the files transformers asked for are the ones the gate names."""
+    tokenizer = ["vocab.txt", "tokenizer.json", "tokenizer_config.json"]
+    project, cache = added(hub, tmp_path, (repos["bert"],))
+    entry = read_lock(project / "weights.lock").find("model", repos["bert"])
+    assert entry is not None
+    locked = {f.path for f in entry.files}
+    drop(project, cache, repos["bert"], [p for p in tokenizer if p in locked])
+    code, loads, said = gate(project, cache)
+    assert code == 1, said
+    assert loads[repos["bert"]]["wanted"] in tokenizer, loads[repos["bert"]]
+    assert "deleted from weights.lock by hand" in loads[repos["bert"]]["error"]
+
+
+def test_a_chat_template_line_deleted_from_the_lock_by_hand_fails(
+        hub: Hub, repos: dict[str, str], tmp_path: Path) -> None:
+    project, cache = added(hub, tmp_path, (repos["chat"],))
+    drop(project, cache, repos["chat"], ["chat_template.jinja"])
+    code, loads, said = gate(project, cache)
+    assert code == 1, said
+    assert loads[repos["chat"]]["wanted"] == "chat_template.jinja", loads[repos["chat"]]
+    assert "deleted from weights.lock by hand" in loads[repos["chat"]]["error"]
+
+
 def test_weights_whose_shapes_disagree_with_the_config_fail(
         hub: Hub, repos: dict[str, str], tmp_path: Path) -> None:
     project, cache = added(hub, tmp_path, (repos["shapes"],))
@@ -201,6 +227,20 @@ def test_every_adapter_loads_and_one_left_out_fails(
     code, loads, said = gate(project, cache)
     assert code == 1, said
     assert loads[repos["adapters"]]["wanted"] == "second/adapter_model.safetensors", said
+
+
+def test_a_second_adapter_deleted_from_the_lock_by_hand_fails(
+        hub: Hub, repos: dict[str, str], tmp_path: Path) -> None:
+    """Nothing asks for the second adapter (code loads it by name), so no asked file names
+    it: the entry's paths-digest fails it."""
+    project, cache = added(hub, tmp_path, (repos["adapters"],))
+    entry = read_lock(project / "weights.lock").find("model", repos["adapters"])
+    assert entry is not None
+    drop(project, cache, repos["adapters"],
+         [f.path for f in entry.files if f.path.startswith("second/")])
+    code, loads, said = gate(project, cache)
+    assert code == 1, said
+    assert "deleted or added by hand" in loads[repos["adapters"]]["error"], said
 
 
 def test_an_adapters_base_deleted_from_the_lock_fails_naming_it(

@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from wlock.errors import InvalidFileError
-from wlock.lock.lockfile import _RENDERED_FILE, read_lock, render_lock, write_lock
+from wlock.lock.lockfile import (
+    _RENDERED_FILE,
+    deleted_lines,
+    hand_edited,
+    read_lock,
+    render_lock,
+    write_lock,
+)
 from wlock.lock.names import file_path_problem
 from wlock.models import FileTable, Lock, LockedFile, LockedRepo
 
@@ -44,6 +51,7 @@ manifest = "blake3:{"0" * 64}"
 id = "acme/tiny-bert"
 requested = "main"
 revision = "{COMMIT_A}"
+paths-digest = "sha256:6d3199e067e6712d8be134f43ef68c460a7aa9c47d0618af07bf454aaf76a330"
 files = [
   {{ path = "config.json", size = 148, git-sha1 = "e0a4fc6e12ac9f674fd77f8223842acaab001a59" }},
   {{ path = "empty", size = 0, git-sha1 = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391" }},
@@ -55,6 +63,7 @@ id = "acme/squad"
 requested = "v1.0"
 revision = "{COMMIT_B}"
 include = ["data/*"]
+paths-digest = "sha256:07089e686e15b775e1d371daf46bd3e5e72ccda20b1a51ac458fb3547dce50fa"
 files = [
   {{ path = "data/ü x.parquet", size = 5, sha256 = "{"a" * 64}" }},
 ]
@@ -103,6 +112,27 @@ def test_round_trip(tmp_path: Path) -> None:
     )
 
 
+def test_lines_deleted_by_hand_are_told_and_named(tmp_path: Path) -> None:
+    """paths-digest: a lock `wlock lock` wrote is not hand-edited; one whose line was deleted
+    is, and of the paths a library asked for, the deleted one is found (not those the repo
+    never had); an old lock without the digest tells nothing."""
+    path = tmp_path / "weights.lock"
+    write_lock(path, LOCK)
+    whole = read_lock(path).find("model", "acme/tiny-bert")
+    assert whole is not None and not hand_edited(whole)
+    assert deleted_lines(whole, ["tokenizer.json"]) == []
+    path.write_text("".join(line for line in GOLDEN.splitlines(keepends=True)
+                            if '"empty"' not in line))
+    cut = read_lock(path).find("model", "acme/tiny-bert")
+    assert cut is not None and hand_edited(cut)
+    assert deleted_lines(cut, ["added_tokens.json", "empty", "tokenizer.json"]) == ["empty"]
+    assert deleted_lines(cut, ["added_tokens.json"]) is None  # not explained by those asked
+    old = read_lock(path, text="".join(line for line in GOLDEN.splitlines(keepends=True)
+                                       if '"empty"' not in line and "paths-digest" not in line))
+    unsealed = old.find("model", "acme/tiny-bert")
+    assert unsealed is not None and not hand_edited(unsealed)
+
+
 def test_unchanged_lock_is_not_rewritten(tmp_path: Path) -> None:
     path = tmp_path / "weights.lock"
     write_lock(path, LOCK)
@@ -141,10 +171,10 @@ def test_strings_that_need_escaping_survive(tmp_path: Path) -> None:
         # A file entry with a key no wlock writes, or that is no table at all (named at its
         # `files` line: the locator counts entries by their `{`).
         (lambda t: t.replace("size = 148,", "size = 148, mode = 420,"),
-         "weights.lock:10: `model.files`: acme/tiny-bert: malformed file entry"),
+         "weights.lock:11: `model.files`: acme/tiny-bert: malformed file entry"),
         (lambda t: t.replace('{ path = "data/ü x.parquet", size = 5, sha256 = '
                              f'"{"a" * 64}" }}', "0"),
-         "weights.lock:20: `dataset.files`: acme/squad: malformed file entry"),
+         "weights.lock:22: `dataset.files`: acme/squad: malformed file entry"),
         (lambda t: t.replace("version = 1", "version = 9"),
          "weights.lock:2: `version`: unsupported lock version 9 (this wlock reads version 1)"),
         # A key that is missing has no line: the problem is put at the first, never at 0.
@@ -156,15 +186,15 @@ def test_strings_that_need_escaping_survive(tmp_path: Path) -> None:
         (lambda t: t.replace("version = 1", "version = 1.0"),
          "weights.lock:2: `version`: unsupported lock version 1.0"),
         (lambda t: t.replace(f'revision = "{COMMIT_B}"', 'revision = "main"'),
-         "weights.lock:18: `dataset.revision`: acme/squad: `revision` must be a 40-hex commit"),
+         "weights.lock:19: `dataset.revision`: acme/squad: `revision` must be a 40-hex commit"),
         (lambda t: t.replace('"data/ü x.parquet"', '"../escape"'),
-         "weights.lock:21: `dataset.files`: acme/squad: unsafe file path '../escape'"),
+         "weights.lock:23: `dataset.files`: acme/squad: unsafe file path '../escape'"),
         (lambda t: t.replace("size = 148,", "size = -1,"),
-         "weights.lock:10: `model.files`: acme/tiny-bert: config.json: bad size -1"),
+         "weights.lock:11: `model.files`: acme/tiny-bert: config.json: bad size -1"),
         (lambda t: t + "extra = 1\n", "weights.lock:"),
         (lambda t: t.replace("version = 1\n", "version = 1\nsigned-by = \"me\"\n"),
          "weights.lock:3: `signed-by`: unknown key"),
-        (lambda t: t.replace("[[dataset]]", "[[dataset]"), "weights.lock:15: invalid TOML"),
+        (lambda t: t.replace("[[dataset]]", "[[dataset]"), "weights.lock:16: invalid TOML"),
         # Hand-edited locks from the torture run (issue 7): names that would become paths.
         (lambda t: t.replace('requested = "main"', 'requested = "../../../x"'),
          "weights.lock:7: `model.requested`: acme/tiny-bert: '../../../x' contains '..'"),
@@ -184,39 +214,39 @@ def test_strings_that_need_escaping_survive(tmp_path: Path) -> None:
          "weights.lock:6: `model.id`: missing `id`"),
         # A duplicate (or a file inside a file) is named at its own line, not `files = [`.
         (lambda t: t.replace('path = "empty"', 'path = "config.json"'),
-         "weights.lock:11: `model.files`: acme/tiny-bert: 'config.json' is listed twice"),
+         "weights.lock:12: `model.files`: acme/tiny-bert: 'config.json' is listed twice"),
         (lambda t: t.replace('path = "empty"', 'path = "config.json/x"'),
-         "weights.lock:11: `model.files`: acme/tiny-bert: 'config.json' is listed as a file and as the folder of 'config.json/x'"),
+         "weights.lock:12: `model.files`: acme/tiny-bert: 'config.json' is listed as a file and as the folder of 'config.json/x'"),
         (lambda t: t.replace("size = 148,", "size = 100000000000000000000000000,"),
-         "weights.lock:10: `model.files`: acme/tiny-bert: config.json: bad size 100000000000000000000000000"),
+         "weights.lock:11: `model.files`: acme/tiny-bert: config.json: bad size 100000000000000000000000000"),
         (lambda t: t.replace('requested = "main"', f'requested = "{COMMIT_B}"'),
          "weights.lock:8: `model.revision`: acme/tiny-bert: `requested` is the commit cd46b88 but `revision` is 558d4e6"),
         (lambda t: t.replace('requested = "main"', f'requested = "{"0" * 40}"'),
          "weights.lock:8: `model.revision`: acme/tiny-bert: `requested` is the commit 0000000 but `revision` is 558d4e6"),
         (lambda t: t + t[t.index("[[dataset]]"):].replace("acme/squad", "ACME/Squad"),
-         "weights.lock:24: `dataset.id`: dataset 'ACME/Squad' is locked twice (first at line 16)"),
+         "weights.lock:26: `dataset.id`: dataset 'ACME/Squad' is locked twice (first at line 17)"),
         # A content hash becomes a blob's file name in the cache: only 64 lowercase hex
         # digits (or 40 for git-sha1) are one, whatever else a hand edit left there.
         (lambda t: t.replace("9d" * 32, "../../../../../etc/passwd"),
-         "weights.lock:12: `model.files`: acme/tiny-bert: model.safetensors: malformed sha256"),
+         "weights.lock:13: `model.files`: acme/tiny-bert: model.safetensors: malformed sha256"),
         (lambda t: t.replace("9d" * 32, "9D" * 32),
-         "weights.lock:12: `model.files`: acme/tiny-bert: model.safetensors: malformed sha256"),
+         "weights.lock:13: `model.files`: acme/tiny-bert: model.safetensors: malformed sha256"),
         (lambda t: t.replace(f'sha256 = "{"9d" * 32}"', "sha256 = 9"),
-         "weights.lock:12: `model.files`: acme/tiny-bert: model.safetensors: malformed sha256"),
+         "weights.lock:13: `model.files`: acme/tiny-bert: model.safetensors: malformed sha256"),
         (lambda t: t.replace("e0a4fc6e12ac9f674fd77f8223842acaab001a59", "../e0a4fc6e"),
-         "weights.lock:10: `model.files`: acme/tiny-bert: config.json: malformed git-sha1"),
+         "weights.lock:11: `model.files`: acme/tiny-bert: config.json: malformed git-sha1"),
         (lambda t: t.replace('"e0a4fc6e12ac9f674fd77f8223842acaab001a59"', "40"),
-         "weights.lock:10: `model.files`: acme/tiny-bert: config.json: malformed git-sha1"),
+         "weights.lock:11: `model.files`: acme/tiny-bert: config.json: malformed git-sha1"),
         (lambda t: t.replace('include = ["data/*"]', "include = " + "[" * 3000),
-         "weights.lock:19: invalid TOML: arrays or tables nested too deeply"),
+         "weights.lock:20: invalid TOML: arrays or tables nested too deeply"),
         # Globs are a list of non-empty strings: a lone string is not read as its letters,
         # nor an empty pattern or a number kept.
         (lambda t: t.replace('include = ["data/*"]', 'include = "data/*"'),
-         "weights.lock:19: `dataset.include`: acme/squad: `include` must be a list of glob patterns"),
+         "weights.lock:20: `dataset.include`: acme/squad: `include` must be a list of glob patterns"),
         (lambda t: t.replace('include = ["data/*"]', 'include = ["data/*", ""]'),
-         "weights.lock:19: `dataset.include`: acme/squad: `include` must be a list of glob patterns"),
+         "weights.lock:20: `dataset.include`: acme/squad: `include` must be a list of glob patterns"),
         (lambda t: t.replace('include = ["data/*"]', 'exclude = [3]'),
-         "weights.lock:19: `dataset.exclude`: acme/squad: `exclude` must be a list of glob patterns"),
+         "weights.lock:20: `dataset.exclude`: acme/squad: `exclude` must be a list of glob patterns"),
     ],
 )
 def test_invalid_locks_name_line_and_key(tmp_path: Path, mutate, message: str) -> None:  # type: ignore[no-untyped-def]

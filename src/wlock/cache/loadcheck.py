@@ -22,6 +22,7 @@ from pathlib import Path
 from wlock.cache.layout import RepoPaths
 from wlock.lock.loaders import detect_loader
 from wlock.lock.loaders.datasets import split_names
+from wlock.lock.lockfile import deleted_lines, hand_edited
 from wlock.models import Lock, LockedRepo
 
 PROBE = Path(__file__).with_name("load_probe.py")
@@ -160,13 +161,22 @@ def _load(lock: Lock, repo: LockedRepo, library: str | None, here: set[str], cac
         return EntryLoad(repo.kind, repo.id, repo.revision, library, "failed",
                          error=f"the load's process died: {tail}")
     did = tuple(answer.get("did") or ())
-    left_out = _asked_and_left_out(repo, answer.get("asked") or ())
+    asked = answer.get("asked") or ()
+    left_out, why = _asked_and_left_out(repo, asked), "which the lock leaves out"
+    if not left_out and hand_edited(repo):
+        unlisted = _asked_and_unlisted(repo, asked)
+        deleted = deleted_lines(repo, unlisted)
+        left_out = deleted or unlisted
+        why = ("whose line was deleted from weights.lock by hand (the entry's paths-digest "
+               "says so)" if deleted else
+               "which weights.lock does not list, and lines were deleted from this entry by "
+               "hand (its paths-digest does not match)") + \
+            "; `wlock lock` re-locks the entry from the Hub"
     if not answer.get("ok"):
         wanted, error = answer.get("wanted"), str(answer.get("error") or "")
         if left_out and (wanted is None or wanted not in error):
             wanted = left_out[0]  # the library asked for it and the lock left it out
-            error += (f" ({library} asked for {', '.join(left_out)}, which the lock leaves "
-                      "out)")
+            error += f" ({library} asked for {', '.join(left_out)}, {why})"
         # A library that globs (datasets) fails without naming what is gone: a locked file
         # the snapshot lacks is the cause `check` reports too.
         wanted = wanted or next(
@@ -174,12 +184,22 @@ def _load(lock: Lock, repo: LockedRepo, library: str | None, here: set[str], cac
         return EntryLoad(repo.kind, repo.id, repo.revision, library, "failed", did=did,
                          error=error, wanted=wanted)
     if left_out:
+        them = "it" if len(left_out) == 1 else "them"
+        if why.startswith("which the lock leaves out"):
+            why = "which the repo has at this commit and the lock leaves out (skipped)"
         return EntryLoad(
             repo.kind, repo.id, repo.revision, library, "failed", did=did, wanted=left_out[0],
-            error=f"{library} asked for {', '.join(left_out)}, which the repo has at this "
-                  "commit and the lock leaves out (skipped): the load goes on without "
-                  f"{'it' if len(left_out) == 1 else 'them'}, and code that reads "
-                  f"{'it' if len(left_out) == 1 else 'them'} fails")
+            error=f"{library} asked for {', '.join(left_out)}, {why}: the load goes on "
+                  f"without {them}, and code that reads {them} fails")
+    if hand_edited(repo):
+        # What the library did not ask for (a second adapter, loaded by name in the user's
+        # code) is gone without a trace the load can find: the edit itself fails the entry.
+        return EntryLoad(
+            repo.kind, repo.id, repo.revision, library, "failed", did=did,
+            error="lines of this entry were deleted or added by hand in weights.lock (its "
+                  "paths-digest does not match), so the files it lists are not the ones "
+                  "locked: `wlock lock --check --remote` names each line, `wlock lock` "
+                  "lists the entry again at its commit")
     return EntryLoad(repo.kind, repo.id, repo.revision, library, "loaded", did=did)
 
 
@@ -203,6 +223,15 @@ def _adapters(repo: LockedRepo) -> list[str]:
     paths = [f.path for f in repo.files] + list(repo.skipped)
     return sorted({p.rsplit("/", 1)[0] for p in paths
                    if p.endswith("/adapter_config.json") and p.count("/") == 1})
+
+
+def _asked_and_unlisted(repo: LockedRepo, asked: Sequence[dict[str, str]]) -> list[str]:
+    """The files the library asked of this repo that the lock does not list: in an entry
+    edited by hand, perhaps lines deleted from it."""
+    listed = {f.path for f in repo.files}
+    return list(dict.fromkeys(item.get("path", "") for item in asked
+                              if item.get("repo") in ("", repo.id)
+                              and item.get("path", "") not in listed))
 
 
 def _asked_and_left_out(repo: LockedRepo, asked: Sequence[dict[str, str]]) -> list[str]:

@@ -89,19 +89,27 @@ def lock(
     if remote and not check:
         raise click.UsageError("--remote needs --check (a plain `wlock lock` lists every "
                                "file it writes from the Hub)")
+    from wlock.errors import LockStaleError
     from wlock.policy import enforcer, read_policy
 
     project = settings.project()
     started = time.monotonic()
     before = _lock_before(project)
-    result = lock_project(
-        project, endpoint=settings.endpoint, token=settings.token, check=check,
-        dry_run=dry_run, upgrade=upgrade, upgrade_packages=upgrade_package, jobs=jobs,
-        timeout=timeout, offline=settings.offline,
-        accept=enforcer(project / "weights.toml", "weights.lock was left as it was."),
-        scan_limits=read_policy(project / "weights.toml").limits,
-        budget=settings.rate_budget(), note=None if settings.json else info,
-    )
+    try:
+        result = lock_project(
+            project, endpoint=settings.endpoint, token=settings.token, check=check,
+            dry_run=dry_run, upgrade=upgrade, upgrade_packages=upgrade_package, jobs=jobs,
+            timeout=timeout, offline=settings.offline,
+            accept=enforcer(project / "weights.toml", "weights.lock was left as it was."),
+            scan_limits=read_policy(project / "weights.toml").limits,
+            budget=settings.rate_budget(), note=None if settings.json else info,
+        )
+    except LockStaleError:
+        if remote and before is not None:
+            # A line deleted by hand: the Hub names the file (the offline check only that
+            # the entry was edited).
+            _remote(before, project, jobs, timeout, settings)
+        raise
     if remote:
         _remote(result.lock, project, jobs, timeout, settings)
     if rescan:

@@ -29,6 +29,7 @@ from wlock.lock.lockfile import (
     LOCK_NAME,
     conflict_sides,
     glob_pattern,
+    hand_edited,
     include_adds_back,
     is_commit,
     is_fresh,
@@ -166,12 +167,13 @@ def select_files(
 @dataclass(frozen=True, slots=True)
 class Resolution:
     """One entry the lock cannot keep as is, and the revision to list its files at: the
-    locked commit when only its globs changed (a pin moves only on upgrade or a new ref),
+    locked commit when only its globs changed or its file lines were edited by hand (a pin
+    moves only on upgrade or a new ref),
     else the entry's ref."""
 
     entry: ManifestEntry
     revision: str
-    why: str  # "new", "ref changed", "files re-selected", "upgrade"
+    why: str  # "new", "ref changed", "files re-selected", "file lines edited by hand", "upgrade"
 
 
 def resolutions(
@@ -205,6 +207,8 @@ def resolutions(
                           old.exclude) for f in old.files
         ):
             to_resolve.append(Resolution(entry, old.revision, "files re-selected"))
+        elif hand_edited(old):
+            to_resolve.append(Resolution(entry, old.revision, "file lines edited by hand"))
         else:
             kept[entry.key] = old
     return kept, to_resolve
