@@ -208,6 +208,25 @@ def test_a_hand_edited_lock_fails_check_remote_naming_the_entry_and_file(
     assert "(1 difference)" in result.stderr
 
 
+def test_a_line_deleted_by_hand_is_listed_again_at_the_pinned_commit(
+        hub: Hub, tmp_path: Path) -> None:
+    """`sync --locked` refuses the edited lock (exit 3, naming the entry); `sync` lists the
+    entry again at its locked commit: the line comes back, the pin does not move."""
+    project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n'
+                            'loader = "transformers"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    genuine = (project / "weights.lock").read_text(encoding="utf-8")
+    edit, _ = FORGERIES["a file line deleted"]
+    (project / "weights.lock").write_text(edit(genuine), encoding="utf-8")
+    cache = ["--endpoint", hub.endpoint, "--cache-dir", str(tmp_path / "cache")]
+    locked = run_wlock("sync", "--locked", *cache, cwd=project)
+    assert locked.code == 3, locked.stderr
+    assert "acme/tiny-bert were deleted or added by hand" in locked.stderr
+    synced = run_wlock("sync", *cache, cwd=project)
+    assert synced.code == 0, synced.stderr
+    assert (project / "weights.lock").read_text(encoding="utf-8") == genuine
+
+
 def test_check_remote_needs_check(tmp_path: Path) -> None:
     project = write_project(tmp_path, "")
     result = run_wlock("lock", "--remote", cwd=project)
