@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Hub, run_wlock, write_project
+from tests.integration.test_hub_scale import many_files
 from tests.olah import olah_mirror
 from wlock.lock.lockfile import read_lock
 
@@ -46,6 +47,25 @@ def test_add_sync_and_check_through_olah_lock_every_file_with_its_hash(
     assert synced.code == 0, synced.stderr
     checked = run_wlock("check", cwd=project)
     assert checked.code == 0, checked.stderr
+
+
+def test_a_20000_file_dataset_locks_whole_through_olah(hub: Hub, mirror: str,
+                                                       tmp_path: Path) -> None:
+    """The Hub's scale through a real mirror (issue 59): olah passes the tree listing's pages
+    and their `Link` on, and repo info's siblings (cut at 1,000 here, as the Hub cuts them
+    under load) are held against the whole listing: every one of the 20,000 files is locked,
+    each with the hash the emulator attests, and the lock is the one made straight from it."""
+    repo_id = many_files(hub, "dataset", "olah-scale", 20_000)
+    hub.process.faults(siblings_cap=1000)
+    through = write_project(tmp_path / "through", f'[[dataset]]\nid = "{repo_id}"\n'
+                            'loader = "all"\n')
+    locked = run_wlock("lock", "--endpoint", mirror, cwd=through, timeout=600)
+    assert locked.code == 0, locked.stderr
+    direct = write_project(tmp_path / "direct", (through / "weights.toml").read_text())
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=direct, timeout=600).code == 0
+    mirrored = read_lock(through / "weights.lock").repos[0]
+    assert len(mirrored.files) == 20_000
+    assert tuple(mirrored.files) == tuple(read_lock(direct / "weights.lock").repos[0].files)
 
 
 def test_a_cold_mirror_is_asked_for_each_file_once(hub: Hub, mirror: str,

@@ -12,7 +12,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlsplit
 
@@ -211,42 +211,77 @@ class HubClient:
     def _tree(self, kind: RepoKind, repo_id: str, sha: str) -> tuple[LockedFile, ...] | None:
         """The recursive tree listing at `sha`, every page (the `Link` header's cursor, as
         huggingface_hub's list_repo_tree follows it), 1,000 entries a page; None when the
-        endpoint has no such route. A pager that goes wrong (a next page on another host,
-        a page listed twice: a mirror that drops the cursor) is refused, never looped on.
-        Raises a HubError subclass (exit 5) naming the repo."""
+        endpoint has no such route. A pager that goes wrong (a page listed twice, a page
+        that adds nothing, a loop: a mirror that drops the cursor) is never looped on: the
+        listing is then asked folder by folder (olah 0.5 asks upstream without the cursor
+        and keeps one page a folder, so each folder of fewer than a page's entries is
+        whole), and a folder whose own paging is broken ends it. Raises a HubError
+        subclass (exit 5) naming the repo."""
+        try:
+            listed = self._pages(kind, repo_id, sha, "", recursive=True, state=_Listing())
+        except _PagingBroken as broken:
+            self._note(f"{kind} {repo_id}: {self.endpoint} pages the whole listing wrongly; "
+                       "listing it folder by folder")
+            return self._walk(kind, repo_id, sha, broken)
+        if listed is None:
+            return None
+        return files_from_tree(repo_id, listed.entries, listed.xet_hashes)
+
+    def _walk(self, kind: RepoKind, repo_id: str, sha: str, first: _PagingBroken
+              ) -> tuple[LockedFile, ...]:
+        """Every folder's own listing, one after another, from the root down."""
+        state = _Listing()
+        todo = [""]
+        while todo:
+            folder = todo.pop()
+            before = set(state.folders)
+            try:
+                listed = self._pages(kind, repo_id, sha, folder, recursive=False, state=state)
+            except _PagingBroken as broken:
+                raise HubError(f"{first.message}; asked folder by folder, {broken.why}",
+                               repo=repo_id, hint=broken.hint) from None
+            if listed is None:
+                raise first
+            todo += sorted(state.folders - before, reverse=True)
+        return files_from_tree(repo_id, state.entries, state.xet_hashes)
+
+    def _pages(self, kind: RepoKind, repo_id: str, sha: str, folder: str, *, recursive: bool,
+               state: _Listing) -> _Listing | None:
+        """The listing of `folder` at `sha`, every page, added to `state` (which holds what
+        earlier folders gave); None when the endpoint has no tree route."""
         from urllib.parse import urljoin
 
         from huggingface_hub.hf_api import RepoFile
 
         prefix = "datasets" if kind == "dataset" else "models"
-        url: str | None = (f"{self.endpoint}/api/{prefix}/{repo_id}/tree/{sha}"
-                           "?recursive=true&expand=false")
+        where = f"/{quote(folder)}" if folder else ""
+        url: str | None = (f"{self.endpoint}/api/{prefix}/{repo_id}/tree/{sha}{where}"
+                           f"?recursive={'true' if recursive else 'false'}&expand=false")
         origin = urlsplit(self.endpoint)[:2]
-        entries: list[Any] = []
-        # Read from the answer itself: huggingface_hub's RepoFile keeps `xetHash` only from
-        # 1.0 on (0.34 drops it).
-        xet_hashes: dict[str, str] = {}
-        seen: set[str] = set()
-        folders: set[str] = set()
         asked: set[str] = set()
         budget = int(os.environ.get("WLOCK_MAX_LISTING_ENTRIES") or MAX_LISTING_ENTRIES)
         pages = 0
-        shown = time.monotonic()
+        where_said = f" of {folder}/" if folder else ""
 
-        def broken(why: str, hint: str) -> HubError:
-            return HubError(f"{kind} {repo_id}@{sha[:7]}: {self.endpoint}'s file listing {why}",
-                            repo=repo_id, hint=hint)
+        def broken(why: str, hint: str) -> _PagingBroken:
+            error = _PagingBroken(
+                f"{kind} {repo_id}@{sha[:7]}: {self.endpoint}'s file listing{where_said} {why}",
+                repo=repo_id, hint=hint)
+            error.why = f"its listing{where_said} {why}"
+            return error
 
         while url is not None:
-            if time.monotonic() - shown >= 1.0:  # a listing of many pages: say how far
-                shown = time.monotonic()
-                self._note(f"{kind} {repo_id}: {len(entries):,} files listed ({pages} pages)")
+            if time.monotonic() - state.shown >= 1.0:  # a listing of many pages: say how far
+                state.shown = time.monotonic()
+                self._note(f"{kind} {repo_id}: {len(state.entries):,} files listed "
+                           f"({state.pages} pages)")
             asked.add(url)
             response = self._get(url, kind, repo_id, f"{kind} {repo_id}: the file listing",
                                  max_bytes=int(os.environ.get("WLOCK_MAX_PAGE_BYTES")
                                                or MAX_PAGE_BYTES))
             pages += 1
-            if response.status_code in (404, 405, 501) and pages == 1 and \
+            state.pages += 1
+            if response.status_code in (404, 405, 501) and state.pages == 1 and \
                     response.headers.get("X-Error-Code") is None:
                 return None
             if response.status_code != 200:
@@ -264,23 +299,21 @@ class HubClient:
                     continue
                 path = raw.get("path")
                 if raw.get("type") != "file":
-                    if isinstance(path, str) and path not in folders:
-                        folders.add(path)
+                    if isinstance(path, str) and path not in state.folders:
+                        state.folders.add(path)
                         new += 1
                     continue
-                if path in seen:
-                    raise HubError(
-                        f"{kind} {repo_id}@{sha[:7]}: {self.endpoint} listed {path!r} on two "
-                        f"pages of the file listing (page {pages}): its paging is broken",
-                        repo=repo_id, hint="A mirror that drops the listing's cursor serves "
-                        "the first page again: lock through the Hub itself, or a mirror "
-                        "that pages.")
-                seen.add(str(path))
+                if path in state.seen:
+                    raise broken(f"listed {path!r} twice (page {pages}): its paging is broken",
+                                 "A mirror that drops the listing's cursor serves the first "
+                                 "page again: lock through the Hub itself, or a mirror that "
+                                 "pages.")
+                state.seen.add(str(path))
                 new += 1
                 if isinstance(raw.get("xetHash"), str):
-                    xet_hashes[str(path)] = raw["xetHash"]
+                    state.xet_hashes[str(path)] = raw["xetHash"]
                 try:
-                    entries.append(RepoFile(**raw))  # type: ignore[no-untyped-call]
+                    state.entries.append(RepoFile(**raw))  # type: ignore[no-untyped-call]
                 except (TypeError, KeyError, ValueError):
                     raise HubError(f"{kind} {repo_id}: {self.endpoint} listed {path!r} "
                                    "without its size and hash", repo=repo_id) from None
@@ -296,10 +329,12 @@ class HubClient:
                              "one: its paging is broken", "A mirror that drops the "
                              "listing's cursor serves the first page again: lock through the "
                              "Hub itself, or a mirror that pages.")
-            if len(seen) + len(folders) > budget:
-                raise broken(f"passed {budget:,} entries ({pages} pages) and goes on",
-                             "A repo this large is rare: if it is one, raise "
-                             "WLOCK_MAX_LISTING_ENTRIES; else the mirror's paging loops.")
+            if len(state.seen) + len(state.folders) > budget:
+                raise HubError(
+                    f"{kind} {repo_id}@{sha[:7]}: {self.endpoint}'s file listing passed "
+                    f"{budget:,} entries ({state.pages} pages) and goes on", repo=repo_id,
+                    hint="A repo this large is rare: if it is one, raise "
+                    "WLOCK_MAX_LISTING_ENTRIES; else the mirror's paging loops.")
             if urlsplit(url)[:2] != origin:
                 # olah passes the Hub's own `Link` through; the same path and cursor asked
                 # of the endpoint itself is the next page (a mirror's users often cannot
@@ -324,7 +359,7 @@ class HubClient:
                 raise broken(f"points page {pages}'s next page at one it gave already: a "
                              "loop", "The mirror's paging loops: lock through the Hub "
                              "itself, or a mirror that pages.")
-        return files_from_tree(repo_id, entries, xet_hashes)
+        return state
 
     def history(self, kind: RepoKind, repo_id: str, ref: str, until: str,
                 limit: int = MAX_HISTORY) -> tuple[list[dict[str, str]], bool]:
@@ -730,6 +765,24 @@ def _transport_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Excepti
     except ImportError:
         pass
     return tuple(transport), tuple(timeouts)
+
+
+class _PagingBroken(HubError):
+    """The endpoint's paging of a listing went wrong (a dropped cursor, a loop)."""
+
+    why = ""  # what went wrong, said of the endpoint: "its listing of data/ gave ..."
+
+
+@dataclass
+class _Listing:
+    """What a tree listing gave so far, across its pages (and folders, when walked)."""
+
+    entries: list[Any] = field(default_factory=list)
+    xet_hashes: dict[str, str] = field(default_factory=dict)  # RepoFile drops it before 1.0
+    seen: set[str] = field(default_factory=set)
+    folders: set[str] = field(default_factory=set)
+    pages: int = 0
+    shown: float = field(default_factory=time.monotonic)
 
 
 def files_from_siblings(repo_id: str, siblings: Iterable[Any]) -> tuple[LockedFile, ...]:
