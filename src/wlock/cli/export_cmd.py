@@ -14,7 +14,7 @@ from wlock.units import count, human_size
 
 @click.command()
 @click.argument("repo_id", metavar="ID", shell_complete=locked_ids)
-@click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("dest", type=click.Path(path_type=Path))
 @click.option("--dataset", is_flag=True, help="ID is a dataset (when both are locked).")
 @click.option("--copy", is_flag=True,
               help="Independent copies, never hard links to the cache's blobs (for a folder "

@@ -245,11 +245,14 @@ def remove(repo_id: str, dataset: bool, settings: Settings) -> None:
       wlock remove acme/tiny-bert
       wlock remove stanfordnlp/imdb --dataset
     """
+    from wlock.lock.lockfile import LOCK_NAME, read_lock
     from wlock.lock.manifest import MANIFEST_NAME, remove_entry
 
     kind: RepoKind = "dataset" if dataset else "model"
     project = settings.project()
     path = project / MANIFEST_NAME
+    if (project / LOCK_NAME).exists() and not (project / LOCK_NAME).is_file():
+        read_lock(project / LOCK_NAME)  # exit 4 naming it, before weights.toml is touched
     remove_entry(path, kind, repo_id)
     locked = _relock_offline(project, settings)
     if settings.json:

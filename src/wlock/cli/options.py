@@ -185,7 +185,8 @@ def common_options(func: F) -> F:
         click.option("--token", metavar="TOKEN",
                      help="Hub token (default: $HF_TOKEN, else your `hf auth login`). "
                      "Never printed or written."),
-        click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
+        # A file there is exit 6 naming the setting (Settings.cache_dir), not a usage error.
+        click.option("--cache-dir", type=click.Path(path_type=Path),
                      help="HF cache (default: $HF_HUB_CACHE, else $HF_HOME/hub)."),
         click.option("--json", "as_json", is_flag=True, help="Print a JSON report on stdout."),
         click.option("--rate-limit-wait", type=click.FloatRange(min=0), metavar="SECONDS",

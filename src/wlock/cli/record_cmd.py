@@ -14,7 +14,7 @@ DEFAULT_LOG = "wlock-runs.jsonl"
 
 
 @click.command()
-@click.option("--log", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+@click.option("--log", type=click.Path(path_type=Path), metavar="FILE",
               help=f"The run log to append to (default: {DEFAULT_LOG} beside the lock; - for "
               "stdout).")
 @lock_option

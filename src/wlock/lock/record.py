@@ -11,6 +11,8 @@ recorded digest proves it).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -23,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from wlock.errors import InvalidFileError
+from wlock.errors import InvalidFileError, LocalError
 from wlock.lock.lockfile import render_lock
 from wlock.models import FormatScan, Lock, LockedFile, LockedRepo, PickleScan
 
@@ -123,12 +125,30 @@ def append_records(log: Path, records: list[dict[str, Any]]) -> None:
     """Append whole lines with one write, so runs sharing a log never interleave a line."""
     data = "".join(json.dumps(r, separators=(",", ":"), ensure_ascii=False) + "\n"
                    for r in records).encode("utf-8")
-    log.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        os.write(fd, data)
+        log.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as e:
+        raise _unwritable(log, e) from e
+    try:
+        before = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, data)
+            if written != len(data):  # a disk that filled mid-line: no half line stays
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, before)
+            raise _unwritable(log, e) from e
     finally:
         os.close(fd)
+
+
+def _unwritable(log: Path, e: OSError) -> LocalError:
+    what = "is a folder" if isinstance(e, IsADirectoryError) else (e.strerror or str(e))
+    return LocalError(f"cannot append to the run log {log}: {what}",
+                      hint="Point --log at a writable file with free space, or `--log -` for "
+                      "standard output.")
 
 
 def exit_record(run_id: str, code: int, started: float) -> dict[str, Any]:

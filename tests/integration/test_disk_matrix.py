@@ -1,0 +1,206 @@
+"""Every command that writes, against the disk going wrong under it (issue 59): a full
+filesystem, a read-only one, and a clashing path (a file where a folder belongs, or a folder
+where a file does). Each ends with the contract's exit code (6: the machine; 4: the
+project's own files), one sentence naming the path it could not write, no traceback, no
+signal, and no temp file or half-written file left where it wrote.
+
+The filesystems are real tmpfs mounts (root, as CI has; skipped with the reason elsewhere),
+filled to the last block by another program or remounted read-only before the command runs.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import (
+    Hub,
+    Result,
+    fill_disk,
+    random_weights,
+    read_only,
+    run_wlock,
+    tmpfs,
+    write_project,
+)
+from tests.integration.test_checkpoints import trainer_run
+
+CONDITIONS = ("full", "read-only", "clash")
+
+
+@pytest.fixture(scope="module")
+def repo(_hub_session: Hub) -> str:
+    repo_id = _hub_session.unique_id("disk")
+    _hub_session.builder.commit("model", repo_id, {
+        "config.json": b'{"model_type": "bert"}', "model.safetensors": random_weights(2 << 20)})
+    return repo_id
+
+
+def synced(hub: Hub, repo_id: str, folder: Path) -> tuple[Path, Path]:
+    """A locked project and a cache it is synced into, both under `folder`."""
+    project = write_project(folder / "project",
+                            f'[[model]]\nid = "{repo_id}"\nloader = "all"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    cache = folder / "cache"
+    done = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache), cwd=project)
+    assert done.code == 0, done.stderr
+    return project, cache
+
+
+def spoil(mount: Path, condition: str, clash: Path) -> None:
+    """The disk under `mount` goes wrong: filled, made read-only, or `clash` made the wrong
+    kind of thing (a file where a folder is expected, or a folder where a file is)."""
+    if condition == "full":
+        fill_disk(mount)
+    elif condition == "read-only":
+        read_only(mount)
+    elif clash.suffix in (".lock", ".jsonl", ".toml"):
+        clash.mkdir(parents=True)
+    else:
+        clash.parent.mkdir(parents=True, exist_ok=True)
+        clash.write_text("not a folder")
+
+
+# Each case: given the hub, the repo, a scratch folder on the normal disk and a tmpfs, it
+# prepares what the command needs, spoils the tmpfs, runs the command and returns its result
+# and the path it is expected to name.
+Case = Callable[[Hub, str, Path, Path, str], tuple[Result, Path]]
+
+
+def sync_case(hub: Hub, repo_id: str, scratch: Path, mount: Path, condition: str
+              ) -> tuple[Result, Path]:
+    project, _ = synced(hub, repo_id, scratch)
+    cache = mount / "cache"
+    spoil(mount, condition, cache)
+    return run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=project), cache
+
+
+def restore_case(hub: Hub, repo_id: str, scratch: Path, mount: Path, condition: str
+                 ) -> tuple[Result, Path]:
+    """A sync restoring from the archive, the Hub unreachable."""
+    project, cache = synced(hub, repo_id, scratch)
+    nas = scratch / "nas"
+    assert run_wlock("archive", "--to", str(nas), "--cache-dir", str(cache),
+                     cwd=project).code == 0
+    target = mount / "cache"
+    spoil(mount, condition, target)
+    return run_wlock("sync", "--endpoint", "http://127.0.0.1:9", "--cache-dir", str(target),
+                     cwd=project, env={"WLOCK_ARCHIVE": str(nas)}), target
+
+
+def project_case(command: tuple[str, ...]) -> Case:
+    """A command that writes the project's own files, the project on the tmpfs."""
+
+    def case(hub: Hub, repo_id: str, scratch: Path, mount: Path, condition: str
+             ) -> tuple[Result, Path]:
+        project, _ = synced(hub, repo_id, scratch)
+        moved = mount / "project"
+        shutil.copytree(project, moved)
+        if command == ("lock",):
+            (moved / "weights.lock").unlink()
+        target = moved / "weights.lock"
+        if condition == "clash":
+            target.unlink(missing_ok=True)
+        spoil(mount, condition, target)
+        args = [a.replace("{repo}", repo_id) for a in command]
+        return run_wlock(*args, "--endpoint", hub.endpoint, cwd=moved), target
+
+    return case
+
+
+def gc_case(hub: Hub, repo_id: str, scratch: Path, mount: Path, condition: str
+            ) -> tuple[Result, Path]:
+    project, _ = synced(hub, repo_id, scratch)
+    cache = mount / "cache"
+    if condition != "clash":
+        assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                         cwd=project).code == 0
+    empty = write_project(scratch / "empty", "")  # keeps nothing: the revision goes
+    (empty / "weights.lock").write_text(
+        "# This file is generated by `wlock lock`. Do not edit it by hand.\n"
+        'version = 1\nmanifest = "blake3:00"\n')
+    spoil(mount, condition, cache)
+    return run_wlock("gc", "--cache-dir", str(cache), cwd=empty), cache
+
+
+def export_case(hub: Hub, repo_id: str, scratch: Path, mount: Path, condition: str
+                ) -> tuple[Result, Path]:
+    project, cache = synced(hub, repo_id, scratch)
+    dest = mount / "export"
+    spoil(mount, condition, dest)
+    return run_wlock("export", repo_id, str(dest), "--cache-dir", str(cache),
+                     cwd=project), dest
+
+
+def archive_case(hub: Hub, repo_id: str, scratch: Path, mount: Path, condition: str
+                 ) -> tuple[Result, Path]:
+    project, cache = synced(hub, repo_id, scratch)
+    nas = mount / "nas"
+    spoil(mount, condition, nas)
+    return run_wlock("archive", "--to", str(nas), "--cache-dir", str(cache), cwd=project), nas
+
+
+def record_case(hub: Hub, repo_id: str, scratch: Path, mount: Path, condition: str
+                ) -> tuple[Result, Path]:
+    project, cache = synced(hub, repo_id, scratch)
+    log = mount / "runs.jsonl"
+    spoil(mount, condition, log)
+    return run_wlock("record", "--log", str(log), "--cache-dir", str(cache),
+                     cwd=project), log
+
+
+def checkpoints_case(hub: Hub, repo_id: str, scratch: Path, mount: Path, condition: str
+                     ) -> tuple[Result, Path]:
+    run = trainer_run(scratch / "run", {100: 0.5, 200: 0.3, 300: 0.4, 400: 0.45}, best=200,
+                      size=1 << 20)
+    nas = mount / "nas"
+    spoil(mount, condition, nas)
+    return run_wlock("checkpoints", "keep", str(run), "--settle", "0", "--archive",
+                     str(nas)), nas
+
+
+CASES: dict[str, tuple[Case, dict[str, int]]] = {
+    # command: (case, the exit code of each condition where it is not 6)
+    "sync": (sync_case, {}),
+    "restore": (restore_case, {}),
+    "lock": (project_case(("lock",)), {"clash": 4}),
+    "add": (project_case(("add", "acme/tiny-lm")), {"clash": 4}),
+    "remove": (project_case(("remove", "{repo}")), {"clash": 4}),
+    "gc": (gc_case, {"full": 0}),  # removing frees space: a full disk is no obstacle
+    "export": (export_case, {}),
+    "archive": (archive_case, {}),
+    "record": (record_case, {}),
+    "checkpoints": (checkpoints_case, {}),
+}
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Temp files and half-written downloads a command left under `folder`."""
+    if not folder.exists():
+        return []
+    return sorted(str(p) for p in folder.rglob("*") if p.name.endswith(
+        (".tmp", ".wlock-incomplete", ".incomplete")) and p.name != "filler")
+
+
+@pytest.mark.parametrize("condition", CONDITIONS)
+@pytest.mark.parametrize("command", sorted(CASES))
+def test_a_disk_that_goes_wrong_is_a_sentence(hub: Hub, repo: str, tmp_path: Path,
+                                              command: str, condition: str) -> None:
+    case, codes = CASES[command]
+    with tmpfs(tmp_path / "disk", "6m") as mount:
+        done, target = case(hub, repo, tmp_path / "scratch", mount, condition)
+        left = leftovers(mount)
+    said = done.stdout + done.stderr
+    expected = codes.get(condition, 6)
+    assert done.code == expected, (command, condition, said)
+    assert "Traceback" not in said, said
+    assert done.code >= 0, f"killed by signal {-done.code}"
+    if expected:
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, said
+        assert str(target) in errors[0] or str(mount) in errors[0], said
+    assert not left, left
