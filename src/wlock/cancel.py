@@ -11,9 +11,15 @@ removed. A plain `time.sleep` in a worker thread is what made Ctrl-C wait out th
 
 from __future__ import annotations
 
+import queue
 import signal
 import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
+from typing import TypeVar
+
+T = TypeVar("T")
 
 STOP = threading.Event()
 
@@ -34,6 +40,54 @@ def sleep(seconds: float) -> None:
 
 def stopped() -> bool:
     return STOP.is_set()
+
+
+def each(work: Callable[[T], object], items: Iterable[T], jobs: int, grace: float = 2.0
+         ) -> Iterator[tuple[T, BaseException | None]]:
+    """`work(item)` for every item on `jobs` daemon threads, yielding `(item, error)` (None
+    when it returned) as each ends. For work that can block in a library's own code (an
+    object store's upload on a server that answers nothing), which no `STOP` can wake: on
+    Ctrl-C or SIGTERM the workers get `grace` seconds to end (and remove their temp files),
+    then the command ends without them. A ThreadPoolExecutor would hold the exit until the
+    blocked call returned, at its shutdown and again at the interpreter's."""
+    todo: queue.SimpleQueue[T] = queue.SimpleQueue()
+    count = 0
+    for item in items:
+        todo.put(item)
+        count += 1
+    ended: queue.SimpleQueue[tuple[T, BaseException | None]] = queue.SimpleQueue()
+    leave = threading.Event()
+
+    def worker() -> None:
+        while not (leave.is_set() or STOP.is_set()):
+            try:
+                item = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                work(item)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller as it is
+                ended.put((item, e))
+            else:
+                ended.put((item, None))
+
+    threads = [threading.Thread(target=worker, daemon=True, name="wlock-each")
+               for _ in range(max(1, min(jobs, count)))]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(count):
+            while True:
+                try:
+                    yield ended.get(timeout=0.5)  # a wait Ctrl-C interrupts
+                    break
+                except queue.Empty:
+                    continue
+    finally:
+        leave.set()
+        deadline = time.monotonic() + grace
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _on_interrupt(signum: int, frame: FrameType | None) -> None:

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -330,3 +331,50 @@ def test_flipped_bytes_in_an_s3_object_are_refused_and_taken_from_the_hub(
                     for f in r.files)
     assert report["restored"][f"archive {url}"]["files"] == non_empty - 1  # all but that one
     assert wlock(project, "check").code == 0
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_ends_an_archive_waiting_on_a_stalled_server(
+        hub: Hub, project: Path, tmp_path: Path, signame: str) -> None:
+    """The S3 server freezes (SIGSTOP) mid-upload: the upload waits on a socket that answers
+    nothing. Ctrl-C or SIGTERM ends `archive` within seconds, exit 130 / 143; once the server
+    runs again, no object stands under the large blob's name but the whole one (issue 59:
+    every command that waits)."""
+    with s3_server(tmp_path / "seaweed-stall") as server:
+        server.make_bucket("weights")
+        url = "s3://weights/stalled"
+        big = next(f for f in model(project).files if f.size == BIG)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wlock", "archive", "--to", url, "--jobs", "1",
+             "--cache-dir", str(tmp_path / "cache")], cwd=project,
+            env={**os.environ, **server.env()}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
+        assert server.process is not None
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and _received_bytes(server) < 8 * 1024 * 1024 \
+                    and proc.poll() is None:
+                time.sleep(0.02)
+            assert proc.poll() is None, "the archive finished before the server froze"
+            os.killpg(server.process.pid, signal.SIGSTOP)
+            time.sleep(1.0)  # the upload now waits on the frozen server
+            asked = time.monotonic()
+            proc.send_signal(getattr(signal, signame))
+            _, err = proc.communicate(timeout=60)
+            took = time.monotonic() - asked
+        finally:
+            os.killpg(server.process.pid, signal.SIGCONT)
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == (130 if signame == "SIGINT" else 143), err
+        assert "Traceback" not in err, err
+        assert took < 10, (took, err)
+        import s3fs
+
+        fs = s3fs.S3FileSystem(endpoint_url=server.endpoint, key=server.env()[
+            "AWS_ACCESS_KEY_ID"], secret=server.env()["AWS_SECRET_ACCESS_KEY"],
+            skip_instance_cache=True)
+        name = f"weights/stalled/blobs/{big.etag}"
+        if fs.exists(name):
+            assert hashlib.sha256(fs.cat_file(name)).hexdigest() == big.etag
+        assert not fs.exists("weights/stalled/revisions")

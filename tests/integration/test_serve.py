@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -231,3 +232,39 @@ def test_a_range_is_never_served_from_a_blob_rewritten_after_it_was_verified(
             out.write(bytes(data))
         status, body = get_range()
         assert status == 404 and body != bytes(data[100:200]), status
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_a_signal_ends_serve_while_a_client_stalls_mid_file(node: Node, signame: str) -> None:
+    """A client that asked for the large file and reads nothing (the server's send waits on
+    it): Ctrl-C or SIGTERM ends `serve` within seconds, exit 130 / 143, no traceback (issue
+    59: every command that waits)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    model = node.entry("model")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wlock", "serve", "--port", "0", "--cache-dir",
+         str(node.cache)], cwd=node.project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, preexec_fn=default_signals)
+    try:
+        assert proc.stdout is not None
+        endpoint = proc.stdout.readline().strip()
+        where = urlsplit(endpoint)
+        stalled = socket.create_connection((where.hostname, where.port))
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.sendall(f"GET /{model.id}/resolve/{model.revision}/model.safetensors HTTP/1.1"
+                        f"\r\nHost: {where.netloc}\r\n\r\n".encode())
+        assert stalled.recv(1)  # the answer has begun; the rest waits on this reader
+        time.sleep(1.0)
+        asked = time.monotonic()
+        proc.send_signal(getattr(signal, signame))
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - asked
+        stalled.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == (130 if signame == "SIGINT" else 143), err
+    assert "Traceback" not in err, err
+    assert took < 10, (took, err)  # a stalled reader holds it no longer than the signal

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from wlock.archive.store import Archive, WrongBytes
 from wlock.cache.layout import RepoPaths, repo_folder_name
+from wlock.cancel import each
 from wlock.errors import WlockError
 from wlock.models import Lock, LockedFile, LockedRepo
 
@@ -95,31 +96,28 @@ def archive_lock(
             on_bytes(f"{repo.id}/{f.path}", f.size)
 
     errors: list[WlockError] = []
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(upload, repo, f): (etag, repo, f)
-                   for etag, (repo, f) in sorted(todo.items(), key=lambda t: -t[1][1].size)}
-        for future in as_completed(futures):
-            etag, repo, f = futures[future]
-            try:
-                future.result()
-            except CancelledError:
-                failed.add(etag)
-            except FileNotFoundError:
-                failed.add(etag)
-                result.missing.append(f"{repo.id}/{f.path}")
-            except WrongBytes as e:
-                failed.add(etag)
-                result.wrong.append(f"{repo.id}/{f.path} (expected {f.hash_kind} {f.etag}, "
-                                    f"{f.size} bytes; got {e.actual}, {e.size} bytes)")
-            except WlockError as e:
-                failed.add(etag)
-                errors.append(e)
-                # Not pool.shutdown(cancel_futures=True): as_completed would then wait
-                # forever for the futures it cancelled.
-                stop.set()
-            else:
-                result.uploaded_files += 1
-                result.uploaded_bytes += f.size
+    # Daemon threads (cancel.each): an upload blocked on a stalled object store must not
+    # hold Ctrl-C; an upload not completed is never visible, in a folder or an object store.
+    order = sorted(todo.items(), key=lambda t: -t[1][1].size)
+    for (etag, (repo, f)), error in each(lambda t: upload(*t[1]), order, jobs):
+        if error is None:
+            result.uploaded_files += 1
+            result.uploaded_bytes += f.size
+        elif isinstance(error, CancelledError):
+            failed.add(etag)
+        elif isinstance(error, FileNotFoundError):
+            failed.add(etag)
+            result.missing.append(f"{repo.id}/{f.path}")
+        elif isinstance(error, WrongBytes):
+            failed.add(etag)
+            result.wrong.append(f"{repo.id}/{f.path} (expected {f.hash_kind} {f.etag}, "
+                                f"{f.size} bytes; got {error.actual}, {error.size} bytes)")
+        elif isinstance(error, WlockError):
+            failed.add(etag)
+            errors.append(error)
+            stop.set()
+        else:
+            raise error
     if errors:
         raise errors[0]
 

@@ -74,7 +74,6 @@ def serve(extra_locks: tuple[Path, ...], host: str, port: int, require_token: bo
     info(f"Serving {count(len(store.repos), 'repo')} ({count(files, 'file')}) from "
          f"{settings.cache_dir} at {server.endpoint}; on other nodes: "
          f"HF_ENDPOINT={server.endpoint} wlock sync. Ctrl-C stops.")
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        server.shutdown()
+    # Until Ctrl-C or SIGTERM, which end it as every command ends: exit 130 / 143. A client
+    # that stalls mid-file holds a daemon thread, which does not keep the process.
+    server.serve_forever()
