@@ -276,6 +276,10 @@ class LockedRepo:
     # (`paths-digest`), None in a lock made before it: a line deleted by hand shows
     # (lockfile.deleted_lines).
     paths_digest: str | None = field(default=None, compare=False)
+    # False for an entry read from a lock written before `paths-digest`: kept as it was
+    # locked, it is written again without one, so an unchanged project relocks byte for
+    # byte; an entry resolved anew gets one.
+    sealed: bool = field(default=True, compare=False)
 
     @property
     def key(self) -> tuple[RepoKind, str]:

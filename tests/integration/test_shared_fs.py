@@ -20,7 +20,7 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
-from tests.conftest import Hub, default_signals, run_wlock, write_project
+from tests.conftest import Hub, default_signals, random_weights, run_wlock, write_project
 from tests.juicefs import Unavailable, two_node_volume
 from wlock.cache.engines import LARGE_FILE
 from wlock.lock.lockfile import read_lock
@@ -46,9 +46,9 @@ def volume(tmp_path: Path) -> Iterator[Volume]:
 
 def sharded_project(hub: Hub, tmp_path: Path, shards: int = 6, small: int = 40) -> Path:
     repo_id = hub.unique_id("shared")
-    files: dict[str, bytes] = {f"model-{n:05d}.safetensors": os.urandom(SHARD)
+    files: dict[str, bytes] = {f"model-{n:05d}.safetensors": random_weights(SHARD)
                                for n in range(shards)}
-    files.update({f"extra/{n:03d}.json": os.urandom(200 + n) for n in range(small)})
+    files.update({f"extra/{n:03d}.json": random_weights(200 + n) for n in range(small)})
     files["empty.txt"] = b""
     hub.builder.commit("model", repo_id, files)
     project = write_project(tmp_path / "project", f'[[model]]\nid = "{repo_id}"\n')

@@ -223,7 +223,8 @@ def render_lock(lock: Lock) -> str:
                 out.append(f"  {{ path = {_str(t.path)}, kind = {_str(t.kind)}, "
                            f"key = {_str(t.key)}, {what} }},\n")
             out.append("]\n")
-        out.append(f"paths-digest = {_str(paths_digest(_paths(repo)))}\n")
+        if repo.sealed:
+            out.append(f"paths-digest = {_str(paths_digest(_paths(repo)))}\n")
         if not repo.files:
             out.append("files = []\n")
             continue
@@ -591,7 +592,7 @@ def _parse_repo(
         requires=names["requires"], skipped=names["skipped"], skipped_size=skipped_size,
         licenses=tuple(licenses or ()), license_name=card["license-name"],
         base_models=tuple(base_models), pickles=pickles, remote_code=tuple(remote_code),
-        formats=formats, paths_digest=sealed,
+        formats=formats, paths_digest=sealed, sealed=sealed is not None,
     )
 
 
