@@ -36,6 +36,15 @@ GATED_TOKEN = "hf_demo_gated_access"  # granted in fixtures/hub/models/acme/gate
 _ids = itertools.count()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test kept off the oldest stack says why (`newest_only("...")`): the reason is what
+    docs/contributing/tests.md and a reviewer hold it to."""
+    for item in items:
+        for mark in item.iter_markers("newest_only"):
+            if not (mark.args and isinstance(mark.args[0], str) and mark.args[0].strip()):
+                raise pytest.UsageError(f"{item.nodeid}: newest_only needs its reason")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_hf_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test may see the developer's token, cache or endpoint, or reach huggingface.co."""

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.newest_only("which of wlock's own modules import which")
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 SHARED = ("wlock.models", "wlock.errors", "wlock.atomic", "wlock.hashing", "wlock.units",
           "wlock.hubstatus", "wlock.fastcopy", "wlock.version")

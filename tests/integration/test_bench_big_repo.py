@@ -13,7 +13,13 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.newest_only(
+    "a smoke run of a benchmark script; its figures are the"
+    " newest stack's")
 
 
 def test_big_repo_bench_runs_at_2000_files() -> None:

@@ -22,6 +22,10 @@ from wlock.cache.engines.link import capped, connection_ceiling
 from wlock.cache.engines.small import SMALL_CEILING, SmallGate, small_ceiling
 from wlock.cache.transfer import Transfer
 
+pytestmark = pytest.mark.newest_only(
+    "wlock's own connection tuning, over hf_transfer 0.1.9 on"
+    " both stacks")
+
 SIZE = 12 * 2**20
 # A link that caps each stream, slow enough that a probe's range takes a sixth of a second:
 # a client starved of CPU for a while (CI's load) then reads a burst of what the kernel

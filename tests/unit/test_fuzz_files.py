@@ -21,6 +21,10 @@ from wlock.errors import InvalidFileError
 from wlock.lock.lockfile import read_lock
 from wlock.lock.manifest import read_manifest
 
+pytestmark = pytest.mark.newest_only(
+    "wlock's own readers of its files, on tomllib (the standard"
+    " library)")
+
 ROOT = Path(__file__).resolve().parents[2]
 LOCK_SEED = (ROOT / "weights.lock.example").read_text(encoding="utf-8")
 MANIFEST_SEED = """\
