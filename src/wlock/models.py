@@ -437,6 +437,9 @@ class SyncResult:
     # Each file through hf_transfer: the connections it got (chosen as files finish:
     # wlock.cache.engines.link.Streams).
     connections: dict[str, int] = field(default_factory=dict)
+    # Each large file hashed again whole after its download, and its bytes: only where its
+    # digest could not follow the file as it landed (Transfer.read_again).
+    read_again: dict[str, int] = field(default_factory=dict)
 
 
 ProblemKind = Literal["missing", "wrong-size", "wrong-hash", "wrong-link", "wrong-ref", "unsafe"]

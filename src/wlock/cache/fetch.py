@@ -133,6 +133,7 @@ def download_all(
     engines: dict[str, tuple[str, str]] | None = None,
     streams: dict[str, int] | None = None,
     budget: RateBudget | None = None,
+    read_again: dict[str, int] | None = None,
 ) -> tuple[int, int, list[WlockError], set[tuple[str, str, str]], tuple[int, int]]:
     """Fetch every blob; returns the bytes fetched (from any source), the files the Hub
     served, the failures, the blobs that failed, and the files (and bytes) another sync
@@ -140,7 +141,8 @@ def download_all(
     upgrades did: files, bytes copied from cached blobs, bytes fetched, and why each file
     that was tried was downloaded whole instead. `engines` is filled with the engine that
     fetched each large file the Hub served, and why (Transfer.engines); `streams` with the
-    connections each file through hf_transfer got (Transfer.connections_of)."""
+    connections each file through hf_transfer got (Transfer.connections_of); `read_again`
+    with each large file hashed again whole after its download (Transfer.read_again)."""
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     # Here, not at the top: the upgrade path's chunking imports numpy, a tenth of a no-op
@@ -368,6 +370,8 @@ def download_all(
                 engines.update(transfer.engines)
             if streams is not None:
                 streams.update(transfer.connections_of)
+            if read_again is not None:
+                read_again.update(transfer.read_again)
     upgrades.update(files=upgrader.files, copied_bytes=upgrader.copied,
                     fetched_bytes=upgrader.fetched, downloaded_whole=sorted(not_upgraded))
     return fetched, from_hub[0], failures, failed, (by_others[0], by_others[1])

@@ -310,6 +310,7 @@ def execute_plan(
     upgrades: dict[str, Any] = {}
     engines: dict[str, tuple[str, str]] = {}
     streams: dict[str, int] = {}
+    read_again: dict[str, int] = {}
     restored: dict[str, list[int]] = {}
     refused: list[str] = []
     # Links only to blobs that are in, the ref last: a snapshot never points at a missing
@@ -337,7 +338,7 @@ def execute_plan(
                 downloads, cache_dir, endpoint, token, jobs, connections, timeout, wrong_blobs,
                 builds, Sources(sources, offline, restored, refused),
                 on_start, on_bytes, on_done, tuning, upgrades, admit, engine, engines,
-                streams, budget,
+                streams, budget, read_again,
             )
         try:
             for r in work:
@@ -364,4 +365,5 @@ def execute_plan(
                       restored=restored, refused=tuple(refused), by_others=by_others,
                       link=tuning[0], small=tuning[1], upgraded=upgrades,
                       engines=dict(sorted(engines.items())),
-                      connections=dict(sorted(streams.items())))
+                      connections=dict(sorted(streams.items())),
+                      read_again=dict(sorted(read_again.items())))

@@ -93,6 +93,13 @@ class Transfer:
                                       aborted=self._aborted)
         self.xet = XetEngine(timeout=timeout, jobs=jobs, token=token, endpoint=endpoint)
 
+    @property
+    def read_again(self) -> dict[str, int]:
+        """Each large file read again whole after its download, and its bytes: its digest
+        could not follow the file as it landed (a filesystem without holes, or mappings
+        refused). Only then: a file that was followed is never read twice."""
+        return {**self.hf_transfer.read_again, **self.blocks.read_again}
+
     def close(self) -> None:
         self.route.close()
         self.small.close()

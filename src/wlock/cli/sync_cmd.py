@@ -355,6 +355,10 @@ def _result_json(plan: SyncPlan, result: SyncResult | None, *, dry_run: bool,
         "small_files": ({"ceiling": result.small.ceiling, "lowest": result.small.lowest,
                          "backoffs": result.small.backoffs, "final": result.small.limit}
                         if result and result.small else None),
+        # Large files hashed again whole after their download (their digest could not
+        # follow them as they landed: a filesystem without holes): a second read of them.
+        "read_again": {"files": len(result.read_again) if result else 0,
+                       "bytes": sum(result.read_again.values()) if result else 0},
         "seconds": round(result.seconds, 3) if result else 0.0,
     }
 

@@ -100,6 +100,7 @@ class Blocks:
         self._lock = threading.Lock()
         self.slots = Slots()
         self.most = 0  # the most blocks of one file in flight at once
+        self.read_again: dict[str, int] = {}  # as HfTransfer.read_again
 
     def close(self) -> None:
         if self._pool is not None:
@@ -167,6 +168,7 @@ class Blocks:
             # It could not follow the file (no mmap here), or a filesystem whose mappings
             # lag its writes (FUSE) showed it other bytes: read it whole before blaming them.
             digest = hash_file(job.temp, job.hash_kind)
+            self.read_again[job.label] = job.size
         return digest, job.size
 
     def _threads(self) -> ThreadPoolExecutor:

@@ -32,6 +32,9 @@ class HfTransfer:
         # and a pool made twice would leave one set of workers that abort() never kills.
         # It starts no process until a large file needs one.
         self.workers = WorkerPool(jobs)
+        # Each file read again whole after its download (label -> bytes): its digest could
+        # not follow the ranges as they landed. Said in sync's report; none on a local disk.
+        self.read_again: dict[str, int] = {}
 
     def warm(self, files: int) -> None:
         """Start the worker processes `files` downloads will run on, in the background."""
@@ -98,6 +101,7 @@ class HfTransfer:
             growing.close()
         if digest != job.etag:  # not followed, or a filesystem without holes: read it all
             digest = hash_file(job.temp, job.hash_kind)
+            self.read_again[job.label] = job.size
         self._on_bytes(job, job.size - last)
         return digest, int(outcome["size"])
 
