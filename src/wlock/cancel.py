@@ -90,6 +90,31 @@ def each(work: Callable[[T], object], items: Iterable[T], jobs: int, grace: floa
             thread.join(max(0.0, deadline - time.monotonic()))
 
 
+def call(work: Callable[[], T]) -> T:
+    """`work()` on a daemon thread, its result or exception returned here: for a library
+    call that blocks in its own code (an object store's listing on a frozen server), which
+    holds the main thread where no signal reaches Python. Ctrl-C and SIGTERM interrupt the
+    wait here at once; the call is left to end with the process."""
+    box: list[tuple[T | None, BaseException | None]] = []
+    ended = threading.Event()
+
+    def run() -> None:
+        try:
+            box.append((work(), None))
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            box.append((None, e))
+        finally:
+            ended.set()
+
+    threading.Thread(target=run, daemon=True, name="wlock-call").start()
+    while not ended.wait(0.5):  # a wait Ctrl-C interrupts
+        pass
+    value, error = box[0]
+    if error is not None:
+        raise error
+    return value  # type: ignore[return-value]
+
+
 def _on_interrupt(signum: int, frame: FrameType | None) -> None:
     STOP.set()
     raise KeyboardInterrupt

@@ -1,6 +1,7 @@
 """Layouts the libraries' own save functions write, each added with the default flags, synced,
 and loaded back offline by the library (issue 57): a merged model uploaded with its LoRA
-files, the older AutoGPTQ layout, a dataset card naming one `data_files` entry per split, a
+files, PEFT's `selected_adapters` without the default (no adapter at the root), the older
+AutoGPTQ layout, a dataset card naming one `data_files` entry per split, a
 sentence-transformers Router saved with the legacy `config.json`. (PEFT with several adapters:
 tests/integration/test_load_gate_breakages.py, whose gate loads the second adapter from the
 synced snapshot through peft's `load_adapter`.)
@@ -70,6 +71,48 @@ def test_a_merged_model_uploaded_with_its_lora_files_loads_offline(hub: Hub, tmp
     assert gate.code == 1 and loads[base_id]["status"] == "loaded", gate.stdout
     assert f"{base_id}'s config.json" in loads[repo_id]["error"], loads[repo_id]
     assert loads[repo_id]["wanted"] is None
+
+
+def test_peft_selected_adapters_saved_alone_load_offline(hub: Hub, tmp_path: Path) -> None:
+    """`save_pretrained(selected_adapters=["second"])` writes only `second/` (each adapter
+    but "default" in a folder of its own, none at the root): the default add locks it (it
+    was refused: "no adapter_config.json"), the gate loads it, and it loads under `wlock
+    run` from the synced snapshot's folder. (By id with `subfolder="second"`, peft 0.21
+    asks for `second/second/adapter_model.safetensors`, online as offline: its bug.)"""
+    from peft import LoraConfig, get_peft_model
+
+    base = gpt2(tmp_path / "base")
+    base_id, _ = publish(hub, "selected-base", tmp_path / "base", "transformers")
+    model = get_peft_model(base, LoraConfig(r=4, target_modules=["c_attn"],
+                                            init_lora_weights=False))
+    model.add_adapter("second", LoraConfig(r=2, target_modules=["c_attn"],
+                                           init_lora_weights=False))
+    for config in model.peft_config.values():
+        config.base_model_name_or_path = base_id
+    folder = tmp_path / "selected"
+    model.save_pretrained(folder, selected_adapters=["second"], save_embedding_layers=False)
+    assert not (folder / "adapter_config.json").exists()
+    model.set_adapter("second")
+    model.eval()
+    with torch.no_grad():
+        expected = model(torch.tensor([[1, 2, 3, 4]])).logits.flatten().tolist()
+    repo_id, _ = publish(hub, "selected", folder, "peft")
+    project, cache, _ = add_and_sync(hub, tmp_path, repo_id)
+    entry = read_lock(project / "weights.lock").find("model", repo_id)
+    assert entry is not None
+    assert {"second/adapter_config.json", "second/adapter_model.safetensors"} <= {
+        f.path for f in entry.files}
+    got = logits_under_run(
+        project, cache, tmp_path, "from transformers import AutoModelForCausalLM\n"
+        "from peft import PeftModel",
+        f"PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({base_id!r}), "
+        f"__import__('os').path.join(__import__('huggingface_hub').snapshot_download("
+        f"{repo_id!r}), 'second'))")
+    assert got == pytest.approx(expected, abs=1e-5)
+    gate = run_wlock("check", "--load", "--python", sys.executable, "--cache-dir", str(cache),
+                     "--json", cwd=project)
+    loads = {e["repo_id"]: e for e in json.loads(gate.stdout)["loads"]}
+    assert gate.code == 0, loads
 
 
 def test_the_older_autogptq_layout_keeps_the_weights_its_config_names(hub: Hub, tmp_path: Path

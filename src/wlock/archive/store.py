@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from wlock.cancel import call
 from wlock.errors import ArchiveError, LocalError, UsageError
 from wlock.fastcopy import clone_or_copy
 from wlock.hashing import hash_file, new_digest
@@ -225,14 +226,19 @@ class ObjectArchive(Archive):
     def listing(self, folder: str) -> dict[str, int]:
         import obstore
 
-        found: dict[str, int] = {}
-        try:
+        def pages() -> dict[str, int]:
+            found: dict[str, int] = {}
             for page in obstore.list(self.store, folder + "/", chunk_size=1000):
                 for meta in page:
                     found[meta["path"][len(folder) + 1:]] = int(meta["size"])
+            return found
+
+        try:
+            # Off the main thread (cancel.call): a frozen server holds obstore's call where
+            # no Ctrl-C reaches Python.
+            return call(pages)
         except Exception as e:
             raise self._error(e, "list") from e
-        return found
 
     def put_blob(self, etag: str, source: Path, hash_kind: str, size: int) -> None:
         import obstore
@@ -284,7 +290,7 @@ class ObjectArchive(Archive):
         import obstore
 
         try:
-            obstore.put(self.store, name, text.encode("utf-8"))
+            call(lambda: obstore.put(self.store, name, text.encode("utf-8")))
         except Exception as e:
             raise self._error(e, "write") from e
 
@@ -292,7 +298,7 @@ class ObjectArchive(Archive):
         import obstore
 
         try:
-            return bytes(obstore.get(self.store, name).bytes()).decode("utf-8")
+            return call(lambda: bytes(obstore.get(self.store, name).bytes()).decode("utf-8"))
         except FileNotFoundError:
             return None
         except Exception as e:

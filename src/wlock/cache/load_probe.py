@@ -236,23 +236,27 @@ def load_peft(entry: dict[str, Any], did: list[str]) -> None:
     peft = _lib("peft")
     transformers = _lib("transformers")
 
-    config = _peft_config(entry["id"], entry["revision"])
+    adapters = list(entry["adapters"])
+    # `save_pretrained(selected_adapters=[...])` without "default": no adapter at the root,
+    # the first named one (from the snapshot, as the others) is the one the model is made of.
+    source, at = entry["id"], {"revision": entry["revision"]}
+    if "adapter_config.json" not in entry["files"] and adapters:
+        source, at = os.path.join(entry["snapshot"], adapters.pop(0)), {}
+    config = _peft_config(source, at.get("revision"))
     did.append("adapter config")
     base = entry.get("base")
     if base:
         kind = getattr(transformers, _base_class(config), transformers.AutoModel)
         model: Any = kind.from_pretrained(base["id"], revision=base["revision"])
         did.append(f"base {base['id']} (weights.toml's `base`)")
-        model = peft.PeftModel.from_pretrained(model, entry["id"], revision=entry["revision"],
-                                               low_cpu_mem_usage=True)
+        model = peft.PeftModel.from_pretrained(model, source, low_cpu_mem_usage=True, **at)
     else:
         auto = getattr(peft, PEFT_AUTO.get(str(getattr(config, "task_type", None)), ""),
                        peft.AutoPeftModel)
-        model = auto.from_pretrained(entry["id"], revision=entry["revision"],
-                                     low_cpu_mem_usage=True)
+        model = auto.from_pretrained(source, low_cpu_mem_usage=True, **at)
         did.append(f"{auto.__name__} with its base {config.base_model_name_or_path}")
     constants = _lib("peft.utils.constants")
-    for name in entry["adapters"]:
+    for name in adapters:
         folder = os.path.join(entry["snapshot"], name)
         try:
             model.load_adapter(folder, adapter_name=name, low_cpu_mem_usage=True)

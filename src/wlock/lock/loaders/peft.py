@@ -37,16 +37,22 @@ def select(paths: frozenset[str], read: Read, variant: str | None,
            named: str | None = None) -> Choice:
     """`named`: the base as weights.toml's `base` names it (`org/name@ref`), which wins over
     adapter_config.json's (a local folder the adapter was trained from, often)."""
-    if "adapter_config.json" not in paths:
+    # `save_pretrained(selected_adapters=[...])` without "default" writes no adapter at the
+    # root, only each named one in its folder: the first of those names the base.
+    folders = sorted(p for p in paths if p.endswith("/adapter_config.json") and
+                     p.count("/") == 1)
+    first = "adapter_config.json" if "adapter_config.json" in paths else next(iter(folders),
+                                                                               None)
+    if first is None:
         raise LoaderProblem("no adapter_config.json: the repo is not a peft adapter",
                             "Use `loader = \"transformers\"` or `\"all\"` for this entry.")
     try:
-        config = json.loads(read("adapter_config.json"))
+        config = json.loads(read(first))
         base, revision = config.get("base_model_name_or_path"), config.get("revision")
     except (ValueError, AttributeError) as e:
-        raise LoaderProblem(f"adapter_config.json cannot be read ({e})",
+        raise LoaderProblem(f"{first} cannot be read ({e})",
                             "Lock the repo with `loader = \"all\"`.") from None
-    chosen = weights(paths, "", NAMES, read)
+    chosen = weights(paths, "", NAMES, read) if first == "adapter_config.json" else []
     if chosen is None:
         raise LoaderProblem("no adapter_model.safetensors or adapter_model.bin",
                             "The repo is not a loadable adapter at this ref.")
