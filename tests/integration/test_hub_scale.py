@@ -411,6 +411,24 @@ def test_a_pager_of_folders_that_drops_its_cursor_ends(hub: Hub, tmp_path: Path)
     assert locked_paths(project) == ["/".join(f"d{i}" for i in range(120)) + "/x.json"]
 
 
+def test_a_link_loop_over_a_page_of_folders_ends_in_exit_5(hub: Hub, tmp_path: Path) -> None:
+    """A `Link` that points back at the first page, over a root of more folders than a page
+    (60, 50 a page): the recursive listing and the walk folder by folder both meet the loop
+    at once, and `lock` ends in exit 5 naming it, well within 30 s, no lock written."""
+    repo_id = hub.unique_id("looped")
+    hub.builder.commit("model", repo_id, {f"d{i:02d}/x.json": b"{}" for i in range(60)})
+    hub.process.faults(tree_page_size=50, tree_paging="loop", siblings_cap=0)
+    project = write_project(tmp_path, f'[[model]]\nid = "{repo_id}"\nloader = "all"\n')
+    started = time.monotonic()
+    result = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project, timeout=60)
+    assert result.code == 5, result.stderr
+    assert time.monotonic() - started < 30
+    assert "points page 1's next page at one it gave already: a loop" in result.stderr, \
+        result.stderr
+    assert "asked folder by folder, its listing points page 1's next page" in result.stderr
+    assert not (project / "weights.lock").exists()
+
+
 def test_a_next_page_named_on_the_upstream_host_is_asked_of_the_endpoint(
         hub: Hub, tmp_path: Path) -> None:
     """olah passes the Hub's `Link` through (its host, the endpoint's own path and cursor):

@@ -42,7 +42,7 @@ def repo(hub: Hub, files: int) -> str:
 
 
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("command", ["lock", "sync", "add", "outdated"])
+@pytest.mark.parametrize("command", ["lock", "sync", "add", "outdated", "check-remote"])
 def test_a_signal_ends_a_rate_limit_wait_at_once(hub: Hub, tmp_path: Path, command: str,
                                                  signame: str) -> None:
     """A 60 s reset: the command ends within 3 s of the signal (it lived out the whole wait,
@@ -52,13 +52,14 @@ def test_a_signal_ends_a_rate_limit_wait_at_once(hub: Hub, tmp_path: Path, comma
     entries = [repo_id, repo(hub, 2)] if command == "outdated" else [repo_id]  # 2 requests
     project = write_project(tmp_path / "p", "" if command == "add" else "".join(
         f'[[model]]\nid = "{e}"\nloader = "all"\n\n' for e in entries))
-    if command in ("sync", "outdated"):
+    if command in ("sync", "outdated", "check-remote"):
         assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
     kind = "resolvers" if command == "sync" else "api"
     hub.process.faults(rate_limits={kind: {"q": 1, "w": 60}})
     hub.process.reset_stats()
     cache = tmp_path / "cache"
-    args = {"add": ["add", repo_id, "--loader", "all"], "outdated": ["outdated"]}.get(
+    args = {"add": ["add", repo_id, "--loader", "all"], "outdated": ["outdated"],
+            "check-remote": ["lock", "--check", "--remote"]}.get(
         command, [command, "--cache-dir", str(cache)])
     proc = started([*args, "--endpoint", hub.endpoint], project,
                    env={"HF_HUB_DISABLE_PROGRESS_BARS": "1"})

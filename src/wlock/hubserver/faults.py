@@ -6,7 +6,8 @@
      "siblings_sizes": false,                # ... each blobId without its size (a mirror)
      "tree_paging": "ignore_cursor",         # a mirror's broken pager: "ignore_cursor" (the
                                              # first page again), "foreign_link" (its next
-                                             # page named on another host)
+                                             # page named on another host), "loop" (its
+                                             # next page the first again: a Link loop)
      "tree_hide": ["data/x.parquet"],        # paths the tree listing leaves out (a stale one)
      "rate_limits": {"api": {"q": 500, "w": 300}, "resolvers": {"q": 3000, "w": 300}},
      "bridge_limit": 400 * 10**9,            # the bridge answers 400 above this size
@@ -230,7 +231,7 @@ class Faults:
             self.siblings_cap = int(raw.get("siblings_cap", SIBLINGS_CAP))
             self.siblings_sizes = bool(raw.get("siblings_sizes", True))
             paging = raw.get("tree_paging")
-            if paging not in (None, "ignore_cursor", "foreign_link"):
+            if paging not in (None, "ignore_cursor", "foreign_link", "loop"):
                 raise ValueError(f"unknown tree_paging {paging!r}")
             self.tree_paging = paging
             self.tree_hide = frozenset(str(p) for p in raw.get("tree_hide", ()))

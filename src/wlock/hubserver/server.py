@@ -928,6 +928,8 @@ class _Handler(BaseHTTPRequestHandler):
             params["cursor"] = base64.urlsafe_b64encode(json.dumps(
                 {"file_name": entries[offset + page_size][0], "offset": offset + page_size}
             ).encode()).decode()
+            if faults.tree_paging == "loop":  # the next page is the first again
+                del params["cursor"]
             host = self.headers.get("Host", "127.0.0.1")
             if faults.tree_paging == "foreign_link":
                 host = "upstream.invalid"
