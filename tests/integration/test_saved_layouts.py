@@ -1,7 +1,7 @@
 """Layouts the libraries' own save functions write, each added with the default flags, synced,
 and loaded back offline by the library (issue 57): a merged model uploaded with its LoRA
 files, PEFT's `selected_adapters` without the default (no adapter at the root), the older
-AutoGPTQ layout, a dataset card naming one `data_files` entry per split, a
+AutoGPTQ layout, AutoAWQ's (both built byte-faithful: their libraries need CUDA), a dataset card naming one `data_files` entry per split, a
 sentence-transformers Router saved with the legacy `config.json`. (PEFT with several adapters:
 tests/integration/test_load_gate_breakages.py, whose gate loads the second adapter from the
 synced snapshot through peft's `load_adapter`.)
@@ -146,6 +146,44 @@ def test_the_older_autogptq_layout_keeps_the_weights_its_config_names(hub: Hub, 
         config = json.load(open(hf_hub_download(repo, "quantize_config.json", revision=revision)))
         name = f"gptq_model-{config['bits']}bit-{config['group_size']}g.safetensors"
         print(json.dumps(sorted(load_file(hf_hub_download(repo, name, revision=revision)))))
+    """, cache, repo_id, revision)
+    assert result == sorted(tensors)
+
+
+def test_the_autoawq_layout_keeps_its_weights_and_quantization_config(hub: Hub, tmp_path: Path
+                                                                       ) -> None:
+    """AutoAWQ's `save_quantized` (0.2): `model.safetensors` with each linear layer as
+    `qweight`, `qzeros` and `scales`, and the `quantization_config` (quant_method "awq")
+    inside config.json, which transformers reads to pick its AWQ loader. AutoAWQ needs CUDA to
+    quantize, so the layout is built byte-faithful to its save (those names, dtypes and
+    config keys), locked with the default flags, and read back offline by safetensors, the
+    reader transformers' AWQ loader hands them to."""
+    from safetensors.torch import save_file
+
+    folder = tiny_bert(tmp_path / "awq")
+    (folder / "model.safetensors").unlink()
+    layer = "model.layers.0.self_attn.q_proj"
+    tensors = {f"{layer}.qweight": torch.zeros((16, 2), dtype=torch.int32),
+               f"{layer}.qzeros": torch.zeros((1, 2), dtype=torch.int32),
+               f"{layer}.scales": torch.ones((1, 16), dtype=torch.float16)}
+    save_file(tensors, str(folder / "model.safetensors"), {"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128,
+                                     "zero_point": True, "version": "gemm"}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    repo_id, _ = publish(hub, "awq", folder, "transformers")
+    project, cache, revision = add_and_sync(hub, tmp_path, repo_id)
+    locked = {f.path for f in read_lock(project / "weights.lock").repos[0].files}
+    assert {"model.safetensors", "config.json"} <= locked
+    result = offline("""
+        import json, sys
+        from huggingface_hub import hf_hub_download
+        from safetensors.torch import load_file
+        repo, revision = sys.argv[1:3]
+        config = json.load(open(hf_hub_download(repo, "config.json", revision=revision)))
+        assert config["quantization_config"]["quant_method"] == "awq"
+        path = hf_hub_download(repo, "model.safetensors", revision=revision)
+        print(json.dumps(sorted(load_file(path))))
     """, cache, repo_id, revision)
     assert result == sorted(tensors)
 
