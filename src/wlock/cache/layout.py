@@ -176,7 +176,9 @@ def _what(mode: int) -> str:
         return "a symbolic link"
     if stat.S_ISREG(mode):
         return "a file"
-    return "not a folder"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket or a pipe"
 
 
 def link_target(path: str, etag: str) -> str:

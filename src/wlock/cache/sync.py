@@ -238,6 +238,12 @@ def preflight(plan: SyncPlan) -> None:
     if need == 0:
         return
     where, free = free_space(Path(plan.cache_dir))
+    with contextlib.suppress(OSError):
+        if os.statvfs(where).f_blocks == 0:  # /proc, /sys: no storage at all, not a full disk
+            raise LocalError(
+                f"the cache {plan.cache_dir} cannot be made: {where} is a virtual "
+                "filesystem (it stores no files)",
+                hint="Point --cache-dir (or HF_HOME) at a folder on a disk.")
     if need > free:
         raise LocalError(
             f"not enough free space for the cache at {plan.cache_dir}: this sync needs "

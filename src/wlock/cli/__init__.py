@@ -131,6 +131,16 @@ def _hoisted(args: list[str]) -> list[str]:
     passes_on = any(isinstance(p, click.Argument) and p.nargs == -1
                     for c in commands for p in c.params)
     front, rest, j = args[:at], [args[at]], at + 1
+    if "--json" in front:
+        # `wlock --json sync` as `wlock sync --json`: every command that reports takes it
+        # (issue 61), so it goes where the command (or a group's subcommand) reads it.
+        target: click.Command | None = command
+        after = at + 1
+        if isinstance(command, click.Group) and at + 1 < len(args):
+            target, after = command.get_command(click.Context(command), args[at + 1]), at + 2
+        if target is not None and any("--json" in p.opts for p in target.params):
+            front = [word for word in front if word != "--json"]
+            return _hoisted(front + args[at:after] + ["--json"] + args[after:])
     positional = False
     while j < len(args):
         word = args[j]

@@ -369,6 +369,20 @@ def _parse_lock(
         return InvalidFileError(display, problem, line=line or 1, key=key, hint=REGENERATE)
 
     version = data.get("version")
+    if version is None and "manifest" not in data:
+        # No trace of a lock at all: the manifest, or another TOML file, given as the lock.
+        looks = ("it is the manifest wlock locks from" if display.endswith("weights.toml")
+                 else "it is not a weights.lock")
+        raise InvalidFileError(
+            display, f"is not a lock: it has no `version` and no `manifest` ({looks})",
+            hint="Give the weights.lock `wlock lock` writes beside weights.toml (--lock "
+            "weights.lock, or leave --lock out).")
+    if type(version) is int and version > LOCK_VERSION:
+        raise InvalidFileError(
+            display, f"was written by a newer wlock (lock version {version}; this wlock "
+            f"reads version {LOCK_VERSION})", line=locator.top_level("version") or 1,
+            key="version", hint="Upgrade wlock (`uv tool upgrade wlock`, `pipx upgrade "
+            "wlock` or `pip install -U wlock`); the lock itself is fine.")
     # `true` and `1.0` equal 1 in Python; a lock this wlock wrote says exactly `1`.
     if type(version) is not int or version != LOCK_VERSION:
         raise fail(

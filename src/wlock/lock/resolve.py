@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from wlock.errors import (
     InvalidFileError,
+    LockStaleError,
     OfflineError,
     RepoNotFoundError,
     RevisionNotFoundError,
@@ -560,8 +561,16 @@ def lock_project(
     else:
         previous = read_lock(lock_path) if lock_path.exists() else None
     if check:
-        if not is_fresh(manifest, previous) or upgrade or upgrade_packages:
+        if not is_fresh(manifest, previous):
             raise stale_error(manifest, lock_path, previous, "--check")
+        if upgrade or upgrade_packages:
+            asked = "--upgrade" if upgrade else "--upgrade-package " + ", ".join(
+                upgrade_packages)
+            raise LockStaleError(
+                f"{asked} asks for new pins, which `--check` does not look for (it writes "
+                "nothing and asks the Hub nothing): weights.lock would change",
+                hint=f"Run `wlock lock {asked}` to move the pins, or `wlock outdated` to "
+                "see which moved, without writing.")
         assert previous is not None
         if accept is not None:
             accept(previous)
