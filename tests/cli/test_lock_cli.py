@@ -609,3 +609,28 @@ def test_a_renamed_repo_added_with_a_loader_is_added_under_its_current_name(
     assert flags[1] in manifest  # the loader given is kept
     assert [r.id for r in read_lock(project / "weights.lock").repos] == ["acme/tiny-bert"]
     assert run_wlock("lock", "--check", cwd=project).code == 0
+
+
+def test_a_short_commit_id_resolves_as_the_hub_resolves_it(hub: Hub, tmp_path: Path) -> None:
+    """The Hub resolves a unique prefix of a commit (7 hex digits or more; huggingface_hub
+    #197), and so does the emulator: `add ID@<short>` locks the full commit, `add --no-lock`
+    writes the same ref and `lock` pins it to the same commit; a prefix no commit has is
+    refused by `add` with weights.toml left as it was. (`add` answered "not found" where
+    `--no-lock` wrote it.)"""
+    full = "bd07acc5bf8db7db6d4061d522ed246e5f81088f"
+    added = write_project(tmp_path / "added", "")
+    done = run_wlock("add", "acme/tiny-bert@bd07acc", "--endpoint", hub.endpoint, cwd=added)
+    assert done.code == 0, done.stderr
+    entry = read_lock(added / "weights.lock").find("model", "acme/tiny-bert")
+    assert entry is not None and (entry.requested, entry.revision) == ("bd07acc", full)
+    offline = write_project(tmp_path / "offline", "")
+    done = run_wlock("add", "acme/tiny-bert@bd07acc", "--no-lock", cwd=offline)
+    assert done.code == 0, done.stderr
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=offline).code == 0
+    later = read_lock(offline / "weights.lock").find("model", "acme/tiny-bert")
+    assert later is not None and (later.requested, later.revision) == ("bd07acc", full)
+    before = (added / "weights.toml").read_text()
+    refused = run_wlock("add", "acme/tiny-lm@0000000", "--endpoint", hub.endpoint, cwd=added)
+    assert refused.code == 5, refused.stderr
+    assert "0000000" in refused.stderr
+    assert (added / "weights.toml").read_text() == before

@@ -93,6 +93,12 @@ class Repo:
             sha = self.tags.get(revision.removeprefix("refs/tags/"))
         if sha is None and len(revision) == 40:
             sha = revision
+        if sha is None and 7 <= len(revision) < 40 and all(c in "0123456789abcdef"
+                                                           for c in revision):
+            # A commit's short id, as the Hub resolves one (huggingface_hub #197, since
+            # 2023): a unique prefix of 7 hex digits or more; an ambiguous one is not found.
+            found = [c for c in self.commits if c.startswith(revision)]
+            sha = found[0] if len(found) == 1 else None
         return self.commits.get(sha) if sha else None
 
 
