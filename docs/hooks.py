@@ -5,6 +5,8 @@ command line gets its page without anyone writing one."""
 
 from __future__ import annotations
 
+import html as html_text
+import re
 from typing import Any
 
 # Where the generated pages go, and the marker the index page replaces with their list.
@@ -72,3 +74,27 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
         markdown = markdown.replace(GLOBAL, "| option | what it does |\n|---|---|\n"
                                     + "\n".join(rows))
     return markdown
+
+
+# A help's `\b` block as mkdocs-click leaves it: one paragraph whose first line names it
+# ("Examples:") and whose other lines are the commands, indented: they ran together into
+# one line of text on the page.
+_BLOCK = re.compile(r"(<p>|\n)([^<\n]*:)\n((?:  [^\n]*(?:\n|(?=</p>)))+)</p>")
+
+
+def on_page_content(html: str, page: Any, **_: Any) -> str:
+    """On each command's page, its help's examples as code, one command a line, as
+    `--help` shows them; and no default shown as click's internal `Sentinel.UNSET` (an
+    option without a default)."""
+    if not page.file.src_uri.startswith(FOLDER):
+        return html
+
+    def as_code(m: re.Match[str]) -> str:
+        lines = "\n".join(line[2:] for line in m[3].rstrip("\n").split("\n"))
+        # A block that follows other text in its paragraph ends that paragraph first.
+        return (("</p>\n" if m[1] == "\n" else "") + f"<p>{m[2]}</p>\n<div class=\"highlight\">"
+                f"<pre><code>{html_text.escape(html_text.unescape(lines), quote=False)}"
+                "</code></pre></div>")
+
+    html = _BLOCK.sub(as_code, html)
+    return html.replace("<code>Sentinel.UNSET</code>", "")

@@ -82,6 +82,12 @@ def test_every_commands_page_renders_with_its_usage_and_options(site: str, brows
         assert browser.find_element(By.TAG_NAME, "h1").text == f"wlock {name}", name
         text = browser.find_element(By.CSS_SELECTOR, "article").text
         assert f"wlock {name} [OPTIONS]" in text, (name, text[:500])
+        # The help's examples as code, one command a line, as `--help` shows them (they ran
+        # together into one paragraph on 19 of 24 pages).
+        examples = [b.text for b in browser.find_elements(By.CSS_SELECTOR, "article pre code")
+                    if "[OPTIONS]" not in b.text]
+        assert any(f"wlock {name}" in b for b in examples), (name, examples)
+        assert "Sentinel.UNSET" not in text, name
         command = cli.get_command(ctx, name)
         assert command is not None
         for param in command.params:
@@ -121,3 +127,25 @@ def test_the_search_box_finds_a_commands_page(site: str, browser: Any, query: st
         WebDriverWait(browser, 30).until(found)
     except TimeoutException:
         pytest.fail(f"{query!r}: no result for {page} in {seen}")
+
+
+def test_a_newcomer_finds_installation_and_getting_started(site: str, browser: Any) -> None:
+    """The home page shows the install line and the first commands as code, and links the
+    Installation and Getting-started pages, which render with their commands."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{site}/")
+    home = browser.find_element(By.CSS_SELECTOR, "article")
+    code = "\n".join(b.text for b in home.find_elements(By.CSS_SELECTOR, "pre code"))
+    for line in ("uv tool install .", "wlock init", "wlock add", "wlock sync"):
+        assert line in code, (line, code)
+    for title, page, words in (("Installation", "install", "pipx install ."),
+                               ("Getting started", "getting-started", "wlock demo")):
+        link = home.find_element(By.LINK_TEXT, title)
+        assert link.get_attribute("href").rstrip("/").endswith(page), title
+        browser.get(link.get_attribute("href"))
+        assert browser.find_element(By.TAG_NAME, "h1").text == title
+        blocks = [b.text for b in browser.find_elements(By.CSS_SELECTOR, "article pre code")]
+        assert any(words in b for b in blocks), (title, blocks)
+        browser.get(f"{site}/")
+        home = browser.find_element(By.CSS_SELECTOR, "article")

@@ -44,6 +44,32 @@ def test_without_the_ml_stack_the_demo_says_how_to_add_it(tmp_path: Path) -> Non
     done = subprocess.run([sys.executable, "-m", "wlock", "demo"], capture_output=True,
                           text=True, timeout=600, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "uv tool install wlock --with transformers --with torch --with datasets" in \
+    # This environment's own pip (wlock is not on PyPI: `uv tool install wlock` would not
+    # resolve); .ci/run runs the hints of a uv tool and a pipx install.
+    assert f"beside wlock: `{sys.executable} -m pip install transformers torch datasets`" in \
         done.stderr.replace("\n", " ")
     assert "acme/tiny-lm @" not in done.stdout
+
+
+@pytest.mark.parametrize(("receipt", "expected"), [
+    ('[tool]\nrequirements = [{ name = "wlock", path = "/w/wlock-0.1.0-py3-none-any.whl" }]\n',
+     "uv tool install --force /w/wlock-0.1.0-py3-none-any.whl --with transformers --with torch"),
+    ('[tool]\nrequirements = [{ name = "wlock", git = "https://example.org/wlock" }]\n',
+     "uv tool install --force git+https://example.org/wlock --with transformers --with torch"),
+    (None, "pipx inject wlock transformers torch"),
+])
+def test_the_install_hint_follows_where_wlock_was_installed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, receipt: str | None, expected: str
+) -> None:
+    """A uv tool's receipt names its source (a wheel, a git URL); a pipx venv has its
+    metadata file: each gets the command that adds the libraries to that environment."""
+    from wlock.cli.demo import install_hint
+
+    prefix = tmp_path / "wlock"
+    prefix.mkdir()
+    if receipt is None:
+        (prefix / "pipx_metadata.json").write_text("{}")
+    else:
+        (prefix / "uv-receipt.toml").write_text(receipt)
+    monkeypatch.setattr(sys, "prefix", str(prefix))
+    assert install_hint(("transformers", "torch")) == expected

@@ -97,7 +97,13 @@ def cli(quiet: int, verbose: int, debug: bool, no_progress: bool, color: str) ->
 @cli.command()
 def demo() -> None:
     """Run lock, sync and check against the bundled example Hub on 127.0.0.1, then load its
-    tiny model offline at the locked commit (with transformers, torch and datasets)."""
+    tiny model offline at the locked commit (with transformers, torch and datasets).
+
+    \b
+    Examples:
+      wlock demo
+      HF_HUB_OFFLINE=1 wlock demo     # it runs its own Hub: no network either way
+    """
     from wlock.cli.demo import run_demo
 
     run_demo()

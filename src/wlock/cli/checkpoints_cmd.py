@@ -20,6 +20,12 @@ def checkpoints() -> None:
     PyTorch Lightning's *.ckpt names (epoch=3-step=400-val_loss=0.25.ckpt), or, for any
     trainer, wlock-checkpoints.jsonl in the run folder: one line per checkpoint,
     {"path": "ckpt/step-400", "step": 400, "metrics": {"eval_loss": 0.25}}.
+
+    \b
+    Examples:
+      wlock checkpoints keep out/run-7 --dry-run
+      wlock checkpoints keep out/run-7 --archive s3://ml-weights/checkpoints
+      wlock checkpoints restore out/run-7 checkpoint-1200
     """
 
 

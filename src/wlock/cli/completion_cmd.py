@@ -31,7 +31,7 @@ def completion(shell: str) -> None:
     nearest weights.lock for commands that take one.
 
     \b
-    Install:
+    Examples (install it for each shell):
       bash:  echo 'eval "$(wlock completion bash)"' >> ~/.bashrc
       zsh:   echo 'eval "$(wlock completion zsh)"' >> ~/.zshrc
       fish:  wlock completion fish > ~/.config/fish/completions/wlock.fish

@@ -76,6 +76,34 @@ def run_demo() -> None:
         answer(project, root / "hf-home")
 
 
+def install_hint(packages: tuple[str, ...]) -> str:
+    """The command that adds `packages` to the environment this wlock runs in, as it was
+    installed: a uv tool again from the source its receipt names (wlock is not on PyPI, so
+    `uv tool install wlock` would not resolve), a pipx venv by `pipx inject`, else this
+    interpreter's pip (or uv's, for a venv made without pip)."""
+    import shlex
+    import tomllib
+
+    prefix = Path(sys.prefix)
+    receipt = prefix / "uv-receipt.toml"
+    if receipt.is_file():
+        try:
+            wanted = tomllib.loads(receipt.read_text(encoding="utf-8"))["tool"]["requirements"]
+            spec = next(r for r in wanted if r.get("name") == "wlock")
+            source = spec.get("path") or spec.get("directory") or spec.get("editable") or (
+                f"git+{spec['git']}" if spec.get("git") else spec.get("url")) or "wlock"
+        except (OSError, ValueError, KeyError, StopIteration, TypeError):
+            source = "wlock"
+        return (f"uv tool install --force {shlex.quote(str(source))} "
+                + " ".join(f"--with {p}" for p in packages))
+    if (prefix / "pipx_metadata.json").is_file():
+        return f"pipx inject {prefix.name} {' '.join(packages)}"
+    python = shlex.quote(sys.executable)
+    if importlib.util.find_spec("pip") is None:
+        return f"uv pip install --python {python} {' '.join(packages)}"
+    return f"{python} -m pip install {' '.join(packages)}"
+
+
 def answer(project: Path, hf_home: Path) -> None:
     """The example model, loaded offline (the Hub is gone) at its locked commit, completing
     each prompt of the example dataset; or the one command that installs what it needs."""
@@ -88,9 +116,8 @@ def answer(project: Path, hf_home: Path) -> None:
         return
     missing = [name for name in ML_STACK if importlib.util.find_spec(name) is None]
     if missing:
-        info(f"\nTo see {MODEL} answer offline, install {', '.join(missing)} beside wlock "
-             f"(`uv tool install wlock --with {' --with '.join(ML_STACK)}`, or `pip install "
-             f"{' '.join(ML_STACK)}` in its environment) and run `wlock demo` again.")
+        info(f"\nTo see {MODEL} answer offline, install {', '.join(missing)} beside wlock: "
+             f"`{install_hint(ML_STACK)}`, then run `wlock demo` again.")
         return
     folder = RepoPaths.of(hf_home / "hub", prompts).snapshot(prompts.revision)
     info(f"\n$ python  # offline: from_pretrained({MODEL!r}, revision={model.revision[:12]!r}"
