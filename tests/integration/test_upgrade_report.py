@@ -66,8 +66,10 @@ def test_a_changed_shard_is_listed_and_the_bytes_are_what_sync_fetches(hub: Hub,
     assert "~ model-00002-of-00002.safetensors (300.0 kB -> 310.0 kB)" in text, text
     assert "| changed | `model-00002-of-00002.safetensors` | 300.0 kB → 310.0 kB |" in markdown
     [entry] = doc["report"]
-    assert entry["changed"] == [{"path": "model-00002-of-00002.safetensors",
-                                 "old_size": 300_000, "new_size": 310_000}]
+    [changed] = entry["changed"]
+    assert (changed["path"], changed["old_size"], changed["new_size"]) == (
+        "model-00002-of-00002.safetensors", 300_000, 310_000)
+    assert changed["old_hash"] != changed["new_hash"]
     assert entry["upgrade_bytes"] == 310_000 and entry["fresh_bytes"] == 610_000 + sum(
         len(v) for k, v in WEIGHTS.items() if not k.endswith(".safetensors"))
     # The figure held to the sync that follows: what the emulator serves for the upgrade.

@@ -33,7 +33,8 @@ class RepoReport:
     new: str | None
     added: list[tuple[str, int]] = field(default_factory=list)
     removed: list[tuple[str, int]] = field(default_factory=list)
-    changed: list[tuple[str, int, int]] = field(default_factory=list)  # path, old, new size
+    # path, old and new size, old and new hash (what tells a change the size does not show)
+    changed: list[tuple[str, int, int, str, str]] = field(default_factory=list)
     fresh_bytes: int = 0  # a machine with nothing cached downloads this
     upgrade_bytes: int = 0  # a cache holding the old pin downloads this (whole files)
     # What this cache downloads, planned as sync plans it (chunk-level where both revisions
@@ -46,8 +47,8 @@ class RepoReport:
                 "old": self.old, "new": self.new,
                 "added": [{"path": p, "size": s} for p, s in self.added],
                 "removed": [{"path": p, "size": s} for p, s in self.removed],
-                "changed": [{"path": p, "old_size": a, "new_size": b}
-                            for p, a, b in self.changed],
+                "changed": [{"path": p, "old_size": a, "new_size": b, "old_hash": x,
+                             "new_hash": y} for p, a, b, x, y in self.changed],
                 "fresh_bytes": self.fresh_bytes, "upgrade_bytes": self.upgrade_bytes,
                 "cache_bytes": self.cache_bytes,
                 "flags": [{"kind": k, "what": w} for k, w in self.flags]}
@@ -86,7 +87,7 @@ def _report(was: LockedRepo | None, now: LockedRepo, old: Lock | None, lock: Loc
         if o is None:
             report.added.append((path, f.size))
         elif o.etag != f.etag:
-            report.changed.append((path, o.size, f.size))
+            report.changed.append((path, o.size, f.size, o.etag, f.etag))
     report.removed = [(p, f.size) for p, f in old_files.items() if p not in new_files]
     report.fresh_bytes = sum(f.size for f in new_files.values())
     report.upgrade_bytes = sum(f.size for f in _unique(new_files.values()) if f.etag not in held)
@@ -189,6 +190,15 @@ def _capped(rows: list[str], indent: str = "  ") -> list[str]:
     return [*rows[:SHOWN], f"{indent}... and {len(rows) - SHOWN:,} more (--json lists all)"]
 
 
+def _change(old_size: int, new_size: int, old_hash: str, new_hash: str, arrow: str = "->"
+            ) -> str:
+    """A changed file's sizes; where the size is the same, the hashes that differ (a
+    config edited in place: "816 B -> 816 B" said nothing)."""
+    if old_size != new_size:
+        return f"{human_size(old_size)} {arrow} {human_size(new_size)}"
+    return f"{human_size(new_size)}, other bytes: {old_hash[:7]} {arrow} {new_hash[:7]}"
+
+
 def render_text(reports: list[RepoReport]) -> str:
     lines = []
     for r in reports:
@@ -198,8 +208,8 @@ def render_text(reports: list[RepoReport]) -> str:
                      f"upgrade {human_size(r.upgrade_bytes)}{_here(r)}")
         lines += _capped([f"  + {path} ({human_size(size)})" for path, size in r.added])
         lines += _capped([f"  - {path} ({human_size(size)})" for path, size in r.removed])
-        lines += _capped([f"  ~ {path} ({human_size(a)} -> {human_size(b)})"
-                          for path, a, b in r.changed])
+        lines += _capped([f"  ~ {path} ({_change(a, b, x, y)})"
+                          for path, a, b, x, y in r.changed])
         for kind, what in r.flags:
             lines.append(f"  ! {kind}: {what}")
     return "\n".join(lines)
@@ -220,8 +230,8 @@ def render_markdown(reports: list[RepoReport]) -> str:
                 f"holding the old pin, {human_size(r.upgrade_bytes)}{_here(r)}.", ""]
         rows = _capped([f"| added | `{p}` | {human_size(s)} |" for p, s in r.added], "") + \
             _capped([f"| removed | `{p}` | {human_size(s)} |" for p, s in r.removed], "") + \
-            _capped([f"| changed | `{p}` | {human_size(a)} → {human_size(b)} |"
-                     for p, a, b in r.changed], "")
+            _capped([f"| changed | `{p}` | {_change(a, b, x, y, arrow='→')} |"
+                     for p, a, b, x, y in r.changed], "")
         if rows:
             out += ["| | file | size |", "|---|---|---|", *rows, ""]
     return "\n".join(out).rstrip() + "\n"
