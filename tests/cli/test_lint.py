@@ -497,3 +497,20 @@ def test_load_dataset_of_a_config_or_split_the_lock_does_not_hold(tmp_path: Path
             assert result.code == 1, (call, result.stderr)
             assert [f["code"] for f in found] == ["WL108"], (call, found)
             assert problem in found[0]["message"], (call, found[0]["message"])
+
+
+def test_a_pin_variable_assigned_again_is_not_taken_for_the_pin(tmp_path: Path) -> None:
+    """`rev = wlock.revision(id)` then `rev = "main"`: the load reads the branch, so it is
+    not clean (issue 61: a lint that took the first assignment stayed green); the same code
+    without the second assignment is."""
+    (tmp_path / "weights.toml").write_text('[[model]]\nid = "acme/bert"\n')
+    body = ('import wlock\nfrom transformers import AutoModel\n\n'
+            'rev = wlock.revision("acme/bert")\n{again}'
+            'model = AutoModel.from_pretrained("acme/bert", revision=rev)\n')
+    (tmp_path / "pinned.py").write_text(body.format(again=""))
+    (tmp_path / "moved.py").write_text(body.format(again='rev = "main"\n'))
+    pinned = run_wlock("lint", "--format", "json", "pinned.py", cwd=tmp_path)
+    moved = run_wlock("lint", "--format", "json", "moved.py", cwd=tmp_path)
+    assert json.loads(pinned.stdout)["findings"] == [], pinned.stdout
+    found = json.loads(moved.stdout)["findings"]
+    assert [(f["line"], f["code"]) for f in found] == [(6, "WL200")], moved.stdout
