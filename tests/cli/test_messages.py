@@ -90,7 +90,7 @@ def test_a_cache_on_a_virtual_filesystem_is_not_a_full_disk(project: Path) -> No
     said, error = both(project, "sync", "--frozen", "--endpoint", "http://127.0.0.1:9",
                        env={"HF_HOME": "/proc/wlock-nope"})
     assert said.code == 6, said.stderr
-    assert "the cache /proc/wlock-nope/hub cannot be made: /proc is a virtual filesystem" \
+    assert "the cache /proc/wlock-nope/hub cannot be made: /proc is on proc, a virtual filesystem" \
         in said.stderr
     assert "free space" not in said.stderr
     assert error["kind"] == "local"

@@ -232,18 +232,42 @@ def free_space(cache_dir: Path) -> tuple[Path, int]:
     return probe, shutil.disk_usage(probe).free
 
 
+# The kernel's own filesystems: files there are views of the kernel, none can be stored.
+_VIRTUAL = frozenset({"proc", "sysfs", "cgroup", "cgroup2", "devpts", "debugfs", "tracefs",
+                      "securityfs", "configfs", "bpf", "pstore", "efivarfs", "mqueue",
+                      "binfmt_misc", "fusectl", "autofs"})
+
+
+def _virtual_filesystem(path: Path) -> str | None:
+    """The type of the kernel filesystem `path` is on (`proc`, `sysfs`, ...), else None:
+    from /proc/self/mounts, the longest mount point that holds it (Linux; None elsewhere)."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    target, best, kind = str(path.resolve()), "", None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        if (target == point or target.startswith(point.rstrip("/") + "/")) and \
+                len(point) > len(best):
+            best, kind = point, fields[2]
+    return kind if kind in _VIRTUAL else None
+
+
 def preflight(plan: SyncPlan) -> None:
     """Raise LocalError (exit 6) before any byte is fetched if the cache's disk is too small."""
     need = plan.bytes_to_fetch
     if need == 0:
         return
     where, free = free_space(Path(plan.cache_dir))
-    with contextlib.suppress(OSError):
-        if os.statvfs(where).f_blocks == 0:  # /proc, /sys: no storage at all, not a full disk
-            raise LocalError(
-                f"the cache {plan.cache_dir} cannot be made: {where} is a virtual "
-                "filesystem (it stores no files)",
-                hint="Point --cache-dir (or HF_HOME) at a folder on a disk.")
+    if (kind := _virtual_filesystem(where)) is not None:  # /proc: no storage, not a full disk
+        raise LocalError(
+            f"the cache {plan.cache_dir} cannot be made: {where} is on {kind}, a virtual "
+            "filesystem (it stores no files)",
+            hint="Point --cache-dir (or HF_HOME) at a folder on a disk.")
     if need > free:
         raise LocalError(
             f"not enough free space for the cache at {plan.cache_dir}: this sync needs "
