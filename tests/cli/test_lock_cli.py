@@ -3,6 +3,7 @@ emulator over HTTP: exit codes and the exact messages a user sees."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -63,10 +64,14 @@ def test_moved_branch_keeps_the_pin_until_upgraded(hub: Hub, tmp_path: Path) -> 
     dry = run_wlock("lock", "--upgrade-package", repo_id, "--dry-run", "--endpoint",
                     hub.endpoint, cwd=project)
     assert dry.code == 0
-    # The reviewer's report of the move: what changed, and what a sync would fetch.
+    # The reviewer's report of the move: what changed (the same size: the git blob ids
+    # say the bytes differ), and what a sync would fetch.
+    was = next(f for f in read_lock(project / "weights.lock").repos[0].files
+               if f.path == "config.json").etag
+    now = hashlib.sha1(b'blob 9\x00{"v": 2}\n').hexdigest()
     report = (f"{repo_id}  main  {old[:7]} -> {new[:7]}: 0 added, 0 removed, 1 changed; a "
-              "fresh machine downloads 1.0 kB, this upgrade 9 B{}\n  ~ config.json (9 B -> "
-              "9 B)\n")
+              "fresh machine downloads 1.0 kB, this upgrade 9 B{}\n  ~ config.json (9 B, "
+              f"other bytes: {was[:7]} -> {now[:7]})\n")
     # This cache holds nothing yet: the dry run, which plans the sync, says so.
     assert dry.stdout == report.format(" (1.0 kB into this cache, as sync would plan it)")
     assert dry.stderr.startswith(
