@@ -639,3 +639,20 @@ def test_a_short_commit_id_resolves_as_the_hub_resolves_it(hub: Hub, tmp_path: P
     assert refused.code == 5, refused.stderr
     assert "0000000" in refused.stderr
     assert (added / "weights.toml").read_text() == before
+
+
+def test_add_base_on_a_repo_that_is_no_adapter_names_the_flag(hub: Hub, tmp_path: Path
+                                                             ) -> None:
+    """`add ID --base B` where ID loads with transformers: the error is the flag's, not a
+    line of weights.toml that was never written (it cited `weights.toml:18` of a 12-line
+    file), and weights.toml is left as it was."""
+    project = write_project(tmp_path, "# twelve\n" * 12)
+    before = (project / "weights.toml").read_text()
+    done = run_wlock("add", "acme/tiny-bert", "--base", "acme/tiny-lm", "--endpoint",
+                     hub.endpoint, cwd=project)
+    assert done.code == 4, done.stderr
+    assert done.stderr.startswith("error: --base acme/tiny-lm: `base` names an adapter's "
+                                  "base model: it needs loader = \"peft\""), done.stderr
+    assert "weights.toml:" not in done.stderr
+    assert "Add it with --loader peft, or drop --base." in done.stderr
+    assert (project / "weights.toml").read_text() == before

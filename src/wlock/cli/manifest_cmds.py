@@ -181,8 +181,9 @@ def add(
         except WlockError as e:
             write_bytes_atomic(path, before)  # as it was: nothing half-added
             _blame_the_flag(e, kind, spec, ref, path, {
-                "variant": variant, "config": config, "split": split,
-                "include": " ".join(include), "exclude": " ".join(exclude)})
+                "variant": variant, "config": config, "split": split, "base": base,
+                "include": " ".join(include), "exclude": " ".join(exclude)},
+                written_from=before.count(b"\n") + 1)
             e.hint = ((e.hint + "\n") if e.hint else "") + (
                 f"{MANIFEST_NAME} was left as it was.")
             raise
@@ -207,10 +208,12 @@ def add(
 
 
 def _blame_the_flag(e: WlockError, kind: str, spec: str, ref: str | None, manifest: Path,
-                    given: dict[str, str | None]) -> None:
+                    given: dict[str, str | None], written_from: int | None = None) -> None:
     """An error about the entry `add` just wrote, at a key a flag set (`model.variant`), is
     the flag's: said as `--variant int8: ...`, not as a line of weights.toml the user never
-    wrote (and that was put back as it was); a ref that does not exist is the `@REF` typed."""
+    wrote (and that was put back as it was); a ref that does not exist is the `@REF` typed.
+    `written_from`: the first line of what `add` appended (an error there is the entry's
+    though it does not name the repo)."""
     from wlock.errors import InvalidFileError
 
     if ref and e.hint and "Check `ref` in weights.toml" in e.hint:
@@ -220,12 +223,16 @@ def _blame_the_flag(e: WlockError, kind: str, spec: str, ref: str | None, manife
         return
     field = e.key.removeprefix(f"{kind}.")
     value = given.get(field)
-    if not value or spec.split("@")[0] not in e.problem:  # another entry's, not the flag's
+    ours = spec.split("@")[0] in e.problem or (
+        written_from is not None and e.line is not None and e.line >= written_from)
+    if not value or not ours:  # another entry's, not the flag's
         return
     e.message = f"--{field} {value}: {e.problem}"
     if e.hint:
         e.hint = e.hint.replace(f"Remove `{field}`", f"Drop --{field}").replace(
-            "or fix the pattern", f"or fix --{field}")
+            f"remove `{field}`", f"drop --{field}").replace(
+            "or fix the pattern", f"or fix --{field}").replace(
+            'Set loader = "peft"', "Add it with --loader peft")
 
 
 @click.command()
