@@ -162,8 +162,10 @@ def _load(lock: Lock, repo: LockedRepo, library: str | None, here: set[str], cac
                          error=f"the load's process died: {tail}")
     did = tuple(answer.get("did") or ())
     asked = answer.get("asked") or ()
+    edited = hand_edited(repo)
     left_out, why = _asked_and_left_out(repo, asked), "which the lock leaves out"
-    if not left_out and hand_edited(repo):
+    by_record = bool(left_out)  # left out by the lock's own record, not by a hand edit
+    if not left_out and edited:
         unlisted = _asked_and_unlisted(repo, asked)
         deleted = deleted_lines(repo, unlisted)
         left_out = deleted or unlisted
@@ -185,13 +187,13 @@ def _load(lock: Lock, repo: LockedRepo, library: str | None, here: set[str], cac
                          error=error, wanted=wanted)
     if left_out:
         them = "it" if len(left_out) == 1 else "them"
-        if why.startswith("which the lock leaves out"):
+        if by_record:
             why = "which the repo has at this commit and the lock leaves out (skipped)"
         return EntryLoad(
             repo.kind, repo.id, repo.revision, library, "failed", did=did, wanted=left_out[0],
             error=f"{library} asked for {', '.join(left_out)}, {why}: the load goes on "
                   f"without {them}, and code that reads {them} fails")
-    if hand_edited(repo):
+    if edited:
         # What the library did not ask for (a second adapter, loaded by name in the user's
         # code) is gone without a trace the load can find: the edit itself fails the entry.
         return EntryLoad(
