@@ -1,8 +1,9 @@
 """wlock's judgement against the field's two model scanners, ModelScan and ModelAudit, on every
 corpus of the tests: pickles (tests/pickle_corpus.py), GGUF chat templates
-(tests/template_corpus.py), Keras files and ONNX external data (tests/format_corpus.py).
+(tests/template_corpus.py, and the 97 real models' templates of tests/real_templates.py as
+benign files), Keras files and ONNX external data (tests/format_corpus.py).
 
-    pip install -e . --group dev --group bench
+    pip install -e . --group dev --group bench && bash .ci/corpora
     KERAS_BACKEND=torch python bench/format_scanners.py
 
 Per corpus and judge:
@@ -59,12 +60,18 @@ def corpora(root: Path) -> dict[str, tuple[dict[str, Maker], dict[str, Maker]]]:
         return lambda folder: gguf_with_template(folder / "model.gguf", template)
 
     real = benign_checkpoints(root / "real")
+    from tests.real_templates import TARBALL, real_chat_templates
+
+    # The real models' templates (`bash .ci/corpora` brings them), each in a GGUF as shipped.
+    (root / "templates").mkdir()
+    shipped = real_chat_templates(root / "templates") if TARBALL.exists() else {}
     return {
         "pickle": ({c.name: data(c.name, c.malicious()) for c in CASES},
                    {**{f"twin:{c.name}": data(c.name, c.benign()) for c in CASES},
                     **{f"real:{n}": data(n, p.read_bytes()) for n, p in real.items()}}),
         "chat template": ({n: gguf(t) for n, t in MALICIOUS.items()},
-                          {n: gguf(t) for n, t in BENIGN.items()}),
+                          {**{n: gguf(t) for n, t in BENIGN.items()},
+                           **{f"real:{n}": gguf(t) for n, t in shipped.items()}}),
         "keras": (fc.KERAS_MALICIOUS, fc.KERAS_BENIGN),
         "onnx": (fc.ONNX_MALICIOUS, fc.ONNX_BENIGN),
     }

@@ -1,7 +1,8 @@
 """Chat templates: ones that reach past the renderers' sandbox, each citing its source, and
-benign twins that the renderers' own environment renders (jinja2's ImmutableSandboxedEnvironment
-with loopcontrols, as llama-cpp-python's Jinja2ChatFormatter and transformers render them).
-Every malicious payload would create /tmp/<MARKER> if it ran outside the sandbox."""
+benign twins that transformers' own renderer renders (`render_jinja_template`: jinja2's
+ImmutableSandboxedEnvironment with loopcontrols and `{% generation %}`). Every malicious payload,
+rendered outside the sandbox, runs `touch /tmp/<MARKER>` or shows what the sandbox hides (a
+Python class, the render's context); tests/unit/test_templates.py renders each so."""
 
 from __future__ import annotations
 
@@ -41,8 +42,31 @@ MALICIOUS = {
     "map-attribute-built": "{% set u = '%c%c'|format(95, 95) %}{% set f = [cycler]|map("
                            "attribute=u ~ 'init' ~ u)|first %}{{ f[u ~ 'globals' ~ u]['os']"
                            ".popen('" + CMD + "').read() }}",
-    # A single underscore is hidden too (jinja2's is_internal_attribute, and `_module`).
-    "single-underscore": "{{ cycler._module }}",
+    # A single underscore is hidden too (jinja2's is_internal_attribute): `self`'s mangled
+    # `__context` hands over the render's whole context, every global in it.
+    "single-underscore": "{{ self._TemplateReference__context }}",
+    # Each guard of the two shapes of computed key the judge accepts (a mapping read by its
+    # own keys, a dict the template writes out): a key taken from one mapping used on another
+    # object, the mapping set again inside the loop, the dict's name rebound by a macro's
+    # argument, by a later set, by a loop.
+    "own-key-elsewhere": "{% set u = '_' ~ '_' %}{% set d = {u ~ 'globals' ~ u: 1} %}"
+                         "{% for k in d.keys() %}{{ lipsum[k]['os'].popen('" + CMD
+                         + "').read() }}{% endfor %}",
+    "own-key-rebound": "{% set u = '_' ~ '_' %}{% set d = {u ~ 'globals' ~ u: 1} %}"
+                       "{% for k in d.keys() %}{% set d = lipsum %}{{ d[k]['os'].popen('"
+                       + CMD + "').read() }}{% endfor %}",
+    "dict-shadowed-by-macro": "{% set u = '_' ~ '_' %}{% set d = {'a': 1} %}{% macro m(d) %}"
+                              "{{ d[u ~ 'globals' ~ u]['os'].popen('" + CMD + "').read() }}"
+                              "{% endmacro %}{{ m(lipsum) }}",
+    "dict-set-again": "{% set u = '_' ~ '_' %}{% set d = {'a': 1} %}{% if true %}"
+                      "{% set d = lipsum %}{% endif %}{{ d[u ~ 'globals' ~ u]['os'].popen('"
+                      + CMD + "').read() }}",
+    "dict-by-loop": "{% set u = '_' ~ '_' %}{% set d = {'a': 1} %}{% for d in [lipsum] %}"
+                    "{{ d[u ~ 'globals' ~ u]['os'].popen('" + CMD + "').read() }}{% endfor %}",
+    # ... and a global's name, set to a dict on a path not taken: there it is the global.
+    "dict-named-as-global": "{% set u = '_' ~ '_' %}{% if false %}{% set lipsum = {'a': 1} %}"
+                            "{% endif %}{{ lipsum[u ~ 'globals' ~ u]['os'].popen('" + CMD
+                            + "').read() }}",
 }
 
 BENIGN = {
@@ -70,6 +94,19 @@ BENIGN = {
                       "{{ messages[(messages|length) - 1]['content'] }}"
                       "{{ messages|map(attribute='content')|join(' ') }}"
                       "{{ messages|selectattr('role', 'equalto', 'user')|list|length }}",
+    # Computed keys real templates use (issue 58's corpus): a tool's parameter fields read
+    # by their own keys (Qwen3-Coder), a table the template writes out read by the caller's
+    # key (Granite Guardian's risk_bank, Llama Guard's categories), and transformers'
+    # `{% generation %}` block (Phi-4-reasoning).
+    "own-keys": "{% for m in messages %}{% for key in m.keys()|reject('in', ['role']) %}"
+                "{{ m[key] }}{% endfor %}{% for k, v in m|items %}{{ m[k] }}{% endfor %}"
+                "{% endfor %}",
+    "written-table": "{% set bank = {'harm': {'prompt': 'hi'}} %}{% set risk = 'harm' %}"
+                     "{% if guardian_config %}{% set risk = guardian_config['risk_name'] %}"
+                     "{% endif %}{{ bank[risk].prompt }}",
+    "generation": "{% for m in messages %}{% if m['role'] == 'assistant' %}{% generation %}"
+                  "{{ m['content'] }}{% endgeneration %}{% else %}{{ m['content'] }}"
+                  "{% endif %}{% endfor %}",
 }
 
 
@@ -82,14 +119,16 @@ def render_unsandboxed(template: str) -> str:
 
 
 def render(template: str) -> str:
-    """As the renderers do: ImmutableSandboxedEnvironment with loopcontrols."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    """As `apply_chat_template` does: transformers' own renderer (its sandboxed environment,
+    with loopcontrols and the `{% generation %}` tag)."""
+    from transformers.utils.chat_template_utils import render_jinja_template
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
-    return env.from_string(template).render(
-        messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
-        add_generation_prompt=True, bos_token="<s>", eos_token="</s>")
+    rendered, _ = render_jinja_template(
+        conversations=[[{"role": "user", "content": "hi"},
+                        {"role": "assistant", "content": "yo"}]],
+        chat_template=template, add_generation_prompt=True, bos_token="<s>",
+        eos_token="</s>")
+    return str(rendered[0])
 
 
 def gguf_with_template(path: Path, template: str | None, vocab: int = 2000,

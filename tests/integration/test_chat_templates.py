@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Hub, run_wlock, write_project
+from tests.real_templates import real_chat_templates
 from tests.template_corpus import BENIGN, MALICIOUS, MARKER, gguf_with_template, render
 from wlock.lock.lockfile import read_lock
+from wlock.scan.template import judge_template
 
 pytest.importorskip("gguf")
 
@@ -223,3 +225,37 @@ def test_a_template_wherever_a_reader_finds_it_is_judged(hub: Hub, tmp_path: Pat
         template = json.loads(local.read_text())["chat_template"]
         text = template["default"] if isinstance(template, dict) else template
     assert text == BENIGN["llama3"] and "hi" in render(text)
+
+
+def test_the_chat_templates_of_real_models_pass(hub: Hub, tmp_path: Path) -> None:
+    """Issue 58: the judge fails closed, and still no real model's template is refused.
+    The 97 templates of tests/real_templates.py (the Ollama library's models, as their GGUF
+    files ship them) judged one by one, then one repo carrying each of them everywhere a
+    reader looks (a GGUF, transformers 5's additional_chat_templates/, 4.x's list in
+    tokenizer_config.json) added, synced and audited with exit 0."""
+    templates = real_chat_templates(tmp_path)
+    assert len(templates) >= 90, sorted(templates)
+    flagged = {name: judged for name, text in templates.items()
+               if (judged := judge_template(text)) != ((), None)}
+    assert flagged == {}
+    files: dict[str, bytes] = {"config.json": json.dumps({"model_type": "llama"}).encode()}
+    listed = []
+    for i, (name, text) in enumerate(sorted(templates.items())):
+        slug = "".join(c if c.isalnum() else "-" for c in name.removeprefix("library/"))
+        files[f"additional_chat_templates/{slug}.jinja"] = text.encode()
+        listed.append({"name": slug, "template": text})
+        gguf_file = gguf_with_template(tmp_path / f"{i}.gguf", text, vocab=50, rows=1)
+        files[f"gguf/{slug}.gguf"] = gguf_file.read_bytes()
+    files["tokenizer_config.json"] = json.dumps({"chat_template": listed}).encode()
+    repo_id = hub.unique_id("real-templates")
+    hub.builder.commit("model", repo_id, files, lfs=True)
+    project = write_project(tmp_path / "p", "")
+    added = run_wlock("add", repo_id, "--loader", "all", "--endpoint", hub.endpoint,
+                      cwd=project)
+    assert added.code == 0, added.stderr
+    cache = tmp_path / "cache"
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project)
+    assert synced.code == 0, synced.stderr
+    audited = run_wlock("audit", "--cache-dir", str(cache), cwd=project)
+    assert audited.code == 0, audited.stderr

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.template_corpus import BENIGN, MALICIOUS, MARKER, gguf_with_template, render
+from tests.template_corpus import (
+    BENIGN,
+    CMD,
+    MALICIOUS,
+    MARKER,
+    gguf_with_template,
+    render,
+    render_unsandboxed,
+)
 from wlock.scan import ScanLimits, judge_formats
 from wlock.scan.template import judge_template
 
@@ -21,6 +29,16 @@ def test_each_template_reaching_past_the_sandbox_is_named(name: str) -> None:
     escapes, unreadable = judge_template(MALICIOUS[name])
     assert escapes and unreadable is None
     assert not os.path.exists(f"/tmp/{MARKER}")
+
+
+@pytest.mark.parametrize("name", sorted(MALICIOUS))
+def test_each_malicious_template_reaches_past_where_there_is_no_sandbox(name: str,
+                                                                     tmp_path: Path) -> None:
+    """The corpus is honest: where a renderer has no sandbox, each payload runs its command
+    (here touching a file of this test's own) or shows what the sandbox hides."""
+    ran = tmp_path / "ran"
+    shown = render_unsandboxed(MALICIOUS[name].replace(CMD, f"touch {ran}"))
+    assert ran.exists() or "<class '" in shown or "<Context {" in shown
 
 
 @pytest.mark.parametrize("name", sorted(BENIGN))

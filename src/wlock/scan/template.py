@@ -37,6 +37,19 @@ ATTRIBUTE_FILTERS = frozenset({"map", "selectattr", "rejectattr", "sort", "group
 # Filters whose result is a number, whatever they are given (an index built with them is
 # no name).
 NUMERIC_FILTERS = frozenset({"length", "count", "int", "float", "abs", "round", "wordcount"})
+# Filters that keep some of what they are given, unchanged: a key that passes through them
+# is still one of the mapping's own.
+SUBSET_FILTERS = frozenset({"reject", "select", "list", "sort", "unique", "reverse"})
+# The names a renderer fills from the tokenizer's files, so from the repo's author:
+# transformers' `special_tokens_map` (strings; 4.x adds the list `additional_special_tokens`)
+# and llama-cpp-python's bos_token/eos_token. Every other name the template reads without
+# setting it is the caller's (messages, tools, documents, keyword arguments).
+TOKEN_NAMES = frozenset({"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                         "cls_token", "mask_token", "additional_special_tokens"})
+# The functions renderers put beside jinja2's own globals (`range`, `lipsum`, `cycler`, ...):
+# transformers' and llama-cpp-python's. A name set only on some paths is one of these where
+# the template does not set it, and a function's attributes lead to its module's globals.
+RENDERER_GLOBALS = frozenset({"raise_exception", "strftime_now"})
 
 
 def judge_template(text: str) -> tuple[tuple[str, ...], str | None]:
@@ -48,7 +61,8 @@ def judge_template(text: str) -> tuple[tuple[str, ...], str | None]:
 
     if len(text) > MAX_TEMPLATE:
         return (), f"a template of {len(text):,} characters, past the {MAX_TEMPLATE:,} judged"
-    env = ImmutableSandboxedEnvironment(extensions=["jinja2.ext.loopcontrols"])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[_generation_tag(), "jinja2.ext.loopcontrols"])
     try:
         tree = env.parse(text)
         found = set(_Judge(tree).reaches())
@@ -59,6 +73,22 @@ def judge_template(text: str) -> tuple[tuple[str, ...], str | None]:
     except (RecursionError, MemoryError) as e:
         return (), f"jinja2 cannot parse it: {type(e).__name__}"
     return tuple(sorted(found)), None
+
+
+def _generation_tag() -> type:
+    """transformers' `{% generation %}...{% endgeneration %}` (AssistantTracker in
+    chat_template_utils.py, in the environment `apply_chat_template` renders with): its body
+    is parsed as the template's own statements, and judged as they are."""
+    from jinja2.ext import Extension
+
+    class Generation(Extension):
+        tags = {"generation"}  # noqa: RUF012 - jinja2 reads it from the class
+
+        def parse(self, parser: Any) -> Any:
+            next(parser.stream)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+    return Generation
 
 
 def _hidden(name: str) -> bool:
@@ -94,6 +124,73 @@ class _Judge:
                 for kw in node.node.kwargs:
                     self.sets.setdefault(f"{node.target.name}.{kw.key}", []).append(kw.value)
 
+        # Items read by one of their mapping's own keys (below).
+        self.own_keys = {id(item) for loop in tree.find_all(n.For)
+                         for item in self._own_key_items(loop)}
+        self.literal_dicts = {name for name in self.sets if self._literal_dict(name)}
+
+    def _own_key_items(self, loop: Any) -> Iterator[Any]:
+        """The items `X[k]` in `loop`'s body where `loop` walks X's own keys: `for k in
+        X.keys()`, `for k, v in X.items()`, `X|items`, `X|dictsort`, through filters that
+        only drop keys. Each works on a mapping only, and a mapping's own key is found by
+        its `__getitem__`, so jinja2 never falls back to reading an attribute. Neither k nor
+        X is set again inside the loop."""
+        n = self.n
+        walked, target = loop.iter, loop.target
+        while isinstance(walked, n.Filter) and walked.name in SUBSET_FILTERS:
+            walked = walked.node
+        if isinstance(walked, n.Call) and isinstance(walked.node, n.Getattr) and \
+                not walked.args and not walked.kwargs and walked.node.attr in ("keys", "items"):
+            mapping, pairs = walked.node.node, walked.node.attr == "items"
+        elif isinstance(walked, n.Filter) and walked.name in ("items", "dictsort"):
+            mapping, pairs = walked.node, True
+        else:
+            return
+        if pairs:
+            if not (isinstance(target, n.Tuple) and target.items):
+                return
+            target = target.items[0]
+        root = mapping
+        while isinstance(root, (n.Getattr, n.Getitem)):
+            if isinstance(root, n.Getitem) and not isinstance(root.arg, n.Const):
+                return
+            root = root.node
+        if not (isinstance(target, n.Name) and isinstance(root, n.Name)):
+            return
+        body = loop.body + loop.else_
+        rebound = {name.name for node in body for name in node.find_all(n.Name)
+                   if name.ctx in ("store", "param")}
+        if target.name in rebound or root.name in rebound:
+            return
+        for node in body:
+            for item in node.find_all(n.Getitem):
+                if item.node == mapping and isinstance(item.arg, n.Name) and \
+                        item.arg.name == target.name:
+                    yield item
+
+    def _literal_dict(self, name: str) -> bool:
+        """Whether `name` is only ever a dict the template writes out with constant keys
+        none of which is hidden (set nowhere else: no loop, macro argument or block binds
+        it), and no token name. Reading such a dict by any key gives one of its values or,
+        for a key it lacks, an attribute of a dict: a method or a dunder of `dict`, from
+        which only a further computed name (refused) goes on. Where the template does not
+        set it, the name is the caller's (a token's or a global's name is refused: there the
+        renderer fills it with a string or a function)."""
+        from jinja2.defaults import DEFAULT_NAMESPACE
+
+        n = self.n
+        if name in TOKEN_NAMES or name in RENDERER_GLOBALS or name in DEFAULT_NAMESPACE:
+            return False
+        stores = [node for node in self.tree.find_all(n.Name)
+                  if node.name == name and node.ctx in ("store", "param")]
+        assigns = [node for node in self.tree.find_all(n.Assign)
+                   if isinstance(node.target, n.Name) and node.target.name == name]
+        return bool(assigns) and len(stores) == len(assigns) and all(
+            isinstance(node.node, n.Dict) and all(
+                isinstance(pair.key, n.Const) and isinstance(pair.key.value, str)
+                and not _hidden(pair.key.value) for pair in node.node.items)
+            for node in assigns)
+
     def _range(self, node: Any) -> bool:
         n = self.n
         return isinstance(node, n.Call) and isinstance(node.node, n.Name) and \
@@ -109,6 +206,9 @@ class _Judge:
                         node.node):
                     yield f"str.{node.attr} on a string the judge cannot read"
             elif isinstance(node, n.Getitem):
+                if id(node) in self.own_keys or (
+                        isinstance(node.node, n.Name) and node.node.name in self.literal_dicts):
+                    continue
                 yield from self._item(node.arg)
             elif isinstance(node, n.Const) and isinstance(node.value, str) and \
                     "__" in node.value:
