@@ -526,6 +526,47 @@ REMOTE_ELSEWHERE = {  # (loader, files beside a safetensors, what the lock must 
         "config.json": json.dumps({"model_type": "gpt2"}).encode(),
         "custom_generate/generate.py": b"def generate(model, **kwargs): pass\n"},
         "custom_generate/generate.generate"),
+    # generation_config.json picking a mode transformers moved to the Hub: generate() runs
+    # transformers-community/dola's custom_generate/generate.py (trust_remote_code).
+    "transformers moved generation mode": ("transformers", lambda code: {
+        "config.json": json.dumps({"model_type": "gpt2"}).encode(),
+        "generation_config.json": json.dumps({"dola_layers": "low"}).encode()},
+        "transformers-community/dola--custom_generate/generate.generate"),
+    # sentence-transformers' Router: each route's type through import_module_class.
+    "sentence-transformers Router types": ("sentence-transformers", lambda code: {
+        "modules.json": json.dumps([{"idx": 0, "name": "0", "path": "",
+                                     "type": "sentence_transformers.models.Router"}]).encode(),
+        "router_config.json": json.dumps({"types": {"query_0": f"{code}--pool.Pool"},
+                                          "structure": {"query": ["query_0"]}}).encode(),
+        "config.json": b"{}"}, "{code}--pool.Pool"),
+    # sentence-transformers' WordEmbeddings: its tokenizer_class, the same way.
+    "sentence-transformers WordEmbeddings tokenizer_class": ("sentence-transformers",
+                                                             lambda code: {
+        "modules.json": json.dumps([{"idx": 0, "name": "0", "path": "0_WordEmbeddings",
+                                     "type": "sentence_transformers.models.WordEmbeddings"}]
+                                   ).encode(),
+        "0_WordEmbeddings/wordembedding_config.json": json.dumps(
+            {"tokenizer_class": f"{code}--pool.Pool", "update_embeddings": False}).encode(),
+        "config.json": b"{}"}, "{code}--pool.Pool"),
+    # sentence-transformers' Dense: an activation outside torch is imported (an installed
+    # module: no repo holds it) only under trust_remote_code.
+    "sentence-transformers Dense activation_function": ("sentence-transformers", lambda code: {
+        "modules.json": json.dumps([
+            {"idx": 0, "name": "0", "path": "", "type":
+             "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Dense",
+             "type": "sentence_transformers.models.Dense"}]).encode(),
+        "config.json": b"{}", "1_Dense/config.json": json.dumps(
+            {"in_features": 4, "out_features": 4, "bias": True,
+             "activation_function": "mypackage.Act"}).encode()}, "import:mypackage.Act"),
+    # diffusers' ModularPipelineBlocks: auto_map in modular_config.json.
+    "diffusers modular_config.json": ("diffusers", lambda code: {
+        "modular_config.json": json.dumps({"_class_name": "MyBlocks", "auto_map": {
+            "ModularPipelineBlocks": "block.MyBlocks"}}).encode(),
+        "block.py": b"class MyBlocks: pass\n", "model_index.json": json.dumps(
+            {"_class_name": "StableDiffusionPipeline", "vae": ["diffusers", "AutoencoderKL"]}
+            ).encode(), "vae/config.json": b"{}",
+        "vae/diffusion_pytorch_model.safetensors": b"\0" * 64}, "block.MyBlocks"),
 }
 
 
@@ -540,6 +581,11 @@ def test_remote_code_outside_auto_map_is_recorded_required_and_denied(
     code = hub.unique_id("code-elsewhere")
     hub.builder.commit("model", code, {"pool.py": b"class Pool: pass\n",
                                        "pair.py": b"class PairPipeline: pass\n"})
+    expected = expected.format(code=code)
+    required = expected.split("--")[0] if "--" in expected else None
+    if required == "transformers-community/dola":
+        hub.builder.commit("model", required, {
+            "custom_generate/generate.py": b"def generate(model, **kwargs): pass\n"})
     repo_id = hub.unique_id("remote-elsewhere")
     hub.builder.commit("model", repo_id, {**files(code), "model.safetensors": b"\0" * 64})
     entry = f'[[model]]\nid = "{repo_id}"\nloader = "{own if loader == "own" else "all"}"\n'
@@ -548,9 +594,9 @@ def test_remote_code_outside_auto_map_is_recorded_required_and_denied(
     assert locked.code == 0, locked.stderr
     lock = read_lock(project / "weights.lock")
     record = lock.find("model", repo_id)
-    assert record is not None and expected.format(code=code) in record.remote_code
-    if "--" in expected:
-        assert code in record.requires and lock.find("model", code) is not None
+    assert record is not None and expected in record.remote_code, record
+    if required is not None:
+        assert required in record.requires and lock.find("model", required) is not None
     with (project / "weights.toml").open("a") as f:
         f.write('\n[tool.wlock.policy]\nremote-code = "deny"\n')
     denied = run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project)
@@ -579,3 +625,48 @@ def test_a_pickle_recorded_as_none_by_hand_is_judged_by_sync_and_rescan(
                           cwd=project)
     assert rescanned.code == 7, rescanned.stderr
     assert "on the Hub holds a pickle importing posix.system" in rescanned.stderr
+
+
+def test_a_hub_kernel_a_config_names_is_remote_code(hub: Hub, tmp_path: Path) -> None:
+    """config.json's `attn_implementation` naming a Hub kernel: transformers reads it into
+    the config (asked here) and, with the kernels library installed, runs that repo's
+    compiled code on a plain from_pretrained. Under the default policy the lock is refused
+    until the kernel repo is locked too; under `remote-code = "deny"` always. Seen passing
+    (exit 0, nothing recorded) before config.json's kernels were read."""
+    kernel = "kernels-community/flash-attn3"
+    repo_id = hub.unique_id("kernel-user")
+    config = {"model_type": "llama", "attn_implementation": f"{kernel}:flash_attn_func"}
+    hub.builder.commit("model", repo_id, {"config.json": json.dumps(config).encode(),
+                                          "model.safetensors": b"\0" * 64})
+    hub.builder.commit("model", kernel, {"build/torch-universal/flash_attn3/__init__.py":
+                                         b"def flash_attn_func(*a): pass\n"})
+    import transformers
+    from transformers import AutoConfig
+    from transformers.integrations.hub_kernels import is_kernel
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    read = AutoConfig.from_pretrained(tmp_path / "m")._attn_implementation
+    assert is_kernel(config["attn_implementation"])
+    # transformers 5 takes it from the file; 4.x leaves it to the caller. The lock serves
+    # both, so wlock records it either way.
+    assert read == (config["attn_implementation"] if int(transformers.__version__.split(".")[0])
+                    >= 5 else None)
+
+    entry = f'[[model]]\nid = "{repo_id}"\nloader = "transformers"\n'
+    project = policy_project(tmp_path / "a", entries=entry)
+    refused = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert refused.code == 7, refused.stderr
+    assert f"config.json names the Hub kernel {kernel}:flash_attn_func" in refused.stderr
+    assert f"add {kernel} to weights.toml" in refused.stderr, refused.stderr
+    with (project / "weights.toml").open("a") as f:
+        f.write(f'\n[[model]]\nid = "{kernel}"\n')
+    locked = run_wlock("lock", "--endpoint", hub.endpoint, cwd=project)
+    assert locked.code == 0, locked.stderr
+    record = read_lock(project / "weights.lock").find("model", repo_id)
+    assert record is not None and record.remote_code == (
+        f"kernel:{kernel}:flash_attn_func",)
+    with (project / "weights.toml").open("a") as f:
+        f.write('\n[tool.wlock.policy]\nremote-code = "deny"\n')
+    denied = run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project)
+    assert denied.code == 7 and "the policy denies remote code" in denied.stderr

@@ -15,6 +15,7 @@ from wlock.lock.loaders import (
     Requirement,
     collapse,
     detect_loader,
+    moved_generation_mode,
     select,
 )
 from wlock.models import LockedFile
@@ -85,7 +86,8 @@ def test_transformers_takes_exactly_the_shards_the_index_names() -> None:
     paths = (*LLAMA, "model-00005-of-00004.safetensors")
     weight_map = {f"layer.{i}": f"model-0000{i % 4 + 1}-of-00004.safetensors" for i in range(9)}
     read = Reader({"model.safetensors.index.json": {"weight_map": weight_map},
-                   "config.json": {}, "tokenizer_config.json": {}})
+                   "config.json": {}, "tokenizer_config.json": {},
+                   "generation_config.json": {}})
     choice = select("transformers", listing(*paths), read)
     assert sorted(choice.paths) == sorted([
         "LICENSE", "README.md", "USE_POLICY.md", "config.json", "generation_config.json",
@@ -490,3 +492,28 @@ def test_auto_map_is_read_from_configs_in_every_folder(loader: str) -> None:
     assert "acme/enc--enc.Encoder" in choice.code
     assert [r.id for r in choice.requires] == ["acme/enc"]
     assert "text_encoder/config.json's auto_map" in choice.requires[0].why
+
+
+GENERATION_CONFIGS = [
+    {}, {"dola_layers": "low"}, {"dola_layers": [2, 4], "do_sample": True},
+    {"dola_layers": "high", "num_beams": 2}, {"dola_layers": "low", "prompt_lookup_num_tokens": 3},
+    {"penalty_alpha": 0.6, "top_k": 4}, {"penalty_alpha": 0.6, "top_k": 1},
+    {"penalty_alpha": 0.6, "top_k": 4, "do_sample": True}, {"penalty_alpha": 0, "top_k": 4},
+    {"num_beams": 4, "num_beam_groups": 2, "diversity_penalty": 1.0}, {"num_beams": 4},
+    {"num_beams": 4, "num_beam_groups": 1}, {"force_words_ids": [[1, 2]], "num_beams": 2},
+    {"num_beams": 1, "do_sample": True, "top_k": 50},
+]
+
+
+@pytest.mark.parametrize("config", GENERATION_CONFIGS, ids=json.dumps)
+def test_the_moved_generation_mode_is_the_one_transformers_picks(config: dict[str, object]
+                                                                  ) -> None:
+    """wlock reads generation_config.json without transformers; transformers' own
+    GenerationConfig.get_generation_mode, and its map of the modes moved to Hub repos, judge
+    each config."""
+    from transformers import GenerationConfig
+    from transformers.generation.utils import GENERATION_MODES_MAPPING
+
+    moved = GENERATION_MODES_MAPPING[GenerationConfig(**config).get_generation_mode()]
+    expected = moved.split("/")[1] if "/" in moved else None
+    assert moved_generation_mode(config) == expected

@@ -268,13 +268,22 @@ def judge_repo(repo: LockedRepo, lock: Lock, policy: Policy,
     if repo.remote_code:
         locked = {f.path for f in repo.files}
         for reference in repo.remote_code:
-            where = "custom_generate/ is remote code transformers imports on a " \
-                "trust_remote_code load" if reference.startswith("custom_generate/") else \
-                f"auto_map names remote code {reference}"
+            where = code_words(reference)
             if policy.remote_code == "deny":
                 out.append(Violation("remote-code", repo.id, None, reference,
                                      f"{repo.id}: {where}, and the policy denies remote code "
                                      "(remote-code = \"deny\")"))
+                continue
+            if reference.startswith("import:"):
+                continue  # an installed module: the environment's lock (uv.lock) pins it
+            if reference.startswith("kernel:"):
+                kernel = kernel_repo(reference)
+                if lock.find("model", kernel) is None:
+                    out.append(Violation(
+                        "remote-code", repo.id, None, reference,
+                        f"{repo.id}: {where}, which weights.lock does not lock: add "
+                        f"{kernel} to weights.toml at the revision the kernels library loads "
+                        "(its version branch, such as v1), or deny remote code"))
                 continue
             owner, _, name = reference.rpartition("--")
             module = name.split(".")[0] + ".py"
@@ -287,6 +296,29 @@ def judge_repo(repo: LockedRepo, lock: Lock, policy: Policy,
                                      f"{repo.id}: auto_map runs {reference}, but {module} is "
                                      "not in the lock (excluded?)"))
     return out
+
+
+def kernel_repo(reference: str) -> str:
+    """The repo of a `kernel:org/name@revision:function` reference."""
+    return reference.removeprefix("kernel:").split("@")[0].split(":")[0]
+
+
+def code_words(reference: str) -> str:
+    """Where a remote-code reference comes from and what runs it, in words."""
+    if reference.startswith("kernel:"):
+        return (f"config.json names the Hub kernel {reference.removeprefix('kernel:')} as "
+                "its attention or experts implementation, compiled code the kernels library "
+                "runs on a plain from_pretrained")
+    if reference.startswith("import:"):
+        return (f"a sentence-transformers Dense module imports {reference.removeprefix('import:')}"
+                ", a module outside torch, under trust_remote_code")
+    if reference.startswith("custom_generate/"):
+        return "custom_generate/ is remote code transformers imports on a trust_remote_code load"
+    owner, _, _ = reference.rpartition("--")
+    if "--custom_generate/" in reference:
+        return (f"generation_config.json picks a generation mode transformers runs from "
+                f"{owner}'s custom_generate/ (trust_remote_code)")
+    return f"auto_map names remote code {reference}"
 
 
 def judge_lock(lock: Lock, policy: Policy) -> list[Violation]:

@@ -30,6 +30,7 @@ import functools
 import gzip
 import importlib
 import io
+import json
 import lzma
 import struct
 import tarfile
@@ -178,21 +179,42 @@ def _pickles(src: Source, out: Judgement) -> None:
 
 # -- zip: torch.save's format, numpy's .npz
 
-def _zip(stream: BinaryIO | io.RawIOBase, budget: Budget, out: Judgement) -> None:
+def _zip(stream: BinaryIO | io.RawIOBase, budget: Budget, out: Judgement,
+         depth: int = 0) -> None:
     try:
         archive = zipfile.ZipFile(stream)
         infos = archive.infolist()
+        nested = _pt2_loaded(archive, infos)
     except (zipfile.BadZipFile, ValueError, OSError, EOFError, struct.error,
-            NotImplementedError) as e:
+            NotImplementedError, zlib.error) as e:
         # torch's reader decides by the first four bytes and loads what its own reader
         # finds: a directory Python cannot read may still hold a data.pkl torch reads.
         out.pickle = True
         out.unreadable = f"a zip whose directory cannot be read ({e})"
         return
+    if nested and depth >= 2:
+        out.pickle = True
+        out.unreadable = "a PT2 archive nested in a PT2 archive's member, past what is judged"
+        return
+    for info in infos:
+        if info.filename not in nested:
+            continue
+        budget.check_time()
+        try:
+            member = _member(stream, info, budget)
+            inner = member if member.seekable() else io.BytesIO(member.read())
+            _judge_nested(inner, budget, out, depth + 1)
+        except Unjudged as e:
+            out.pickle = True
+            out.unreadable = f"{info.filename}: {e}"
+        if out.unreadable is not None:
+            return
     # torch's own archive keeps each tensor's bytes under `data/`, raw storage torch never
     # unpickles; but np.load reads the same zip as an .npz, and any member that starts as an
     # .npy, whatever its name or folder, as an array: every member's first bytes are read.
     for info in infos:
+        if info.filename in nested:
+            continue
         budget.check_time()
         is_pkl = info.filename.lower().endswith(".pkl")
         try:
@@ -264,6 +286,57 @@ class _Inflated(io.RawIOBase):
                 buffer[:len(data)] = data
                 return len(data)
         return 0
+
+
+# torch.export's PT2 archive (torch/export/pt2_archive/_package.py, the names in
+# torch._C._export.pt2_archive_constants): `torch.export.load` unpickles its sample inputs
+# (torch.load, falling back to weights_only=False), each weight and tensor constant its
+# config marks `use_pickle` (torch.load, weights_only=False), every `opaque_obj_` constant
+# (pickle.loads) and `custom_obj_` one (torch's own unpickler), and the legacy single files.
+PT2_CONFIG_SIZE = 64 * 1024 * 1024
+PT2_DATA = ("data/weights/", "data/constants/")
+PT2_UNPICKLED = ("data/sample_inputs/", "data/constants/custom_obj_",
+                 "data/constants/opaque_obj_")
+
+
+def _pt2_loaded(archive: zipfile.ZipFile, infos: list[zipfile.ZipInfo]) -> set[str]:
+    """The members of a PT2 archive that torch.export.load unpickles; none for any other
+    zip."""
+    names = {info.filename: info for info in infos}
+    roots = [name[:-len("archive_format")] for name, info in names.items()
+             if name.rpartition("/")[2] == "archive_format" and info.file_size <= 16
+             and archive.read(info).strip() == b"pt2"]
+    loaded: set[str] = set()
+    for root in roots:
+        for name in names:
+            if not name.startswith(root):
+                continue
+            inner = name[len(root):]
+            sample = inner.startswith("extra/") and inner.endswith(".sample_input.pt")
+            legacy = inner.startswith(PT2_DATA) and inner.endswith(".pt")
+            if sample or legacy or inner.startswith(PT2_UNPICKLED):
+                loaded.add(name)
+            elif inner.startswith(PT2_DATA) and inner.endswith("_config.json"):
+                if names[name].file_size > PT2_CONFIG_SIZE:
+                    raise ValueError(f"{name} is past {PT2_CONFIG_SIZE:,} bytes")
+                folder = root + inner.rpartition("/")[0] + "/"
+                config = json.loads(archive.read(names[name])).get("config")
+                for entry in config.values() if isinstance(config, dict) else ():
+                    if isinstance(entry, dict) and entry.get("use_pickle") is not False:
+                        loaded.add(folder + str(entry.get("path_name")))
+    return loaded & names.keys()
+
+
+def _judge_nested(stream: BinaryIO | io.RawIOBase, budget: Budget, out: Judgement,
+                  depth: int) -> None:
+    """A member a PT2 archive's loader hands to torch.load or pickle.loads."""
+    stream.seek(0)
+    head = stream.read(4) or b""
+    stream.seek(0)
+    if head.startswith(b"PK\x03\x04"):
+        _zip(stream, budget, out, depth)
+    else:
+        _pickles(Source(stream, budget, None), out)
 
 
 def _member(stream: BinaryIO | io.RawIOBase, info: zipfile.ZipInfo,

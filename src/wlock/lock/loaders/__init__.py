@@ -166,7 +166,9 @@ def _select(loader: str, paths: frozenset[str], read: Read, options: Options) ->
 # `auto_map` from their own config file), in any folder a pipeline keeps a model in.
 AUTO_MAP_CONFIGS = ("config.json", "tokenizer_config.json", "preprocessor_config.json",
                     "processor_config.json", "feature_extractor_config.json",
-                    "image_processor_config.json", "video_preprocessor_config.json")
+                    "image_processor_config.json", "video_preprocessor_config.json",
+                    # diffusers' ModularPipelineBlocks (modular_pipeline.py: config_name)
+                    "modular_config.json")
 
 
 def _with_remote_code(choice: Choice, read: Read) -> Choice:
@@ -177,9 +179,19 @@ def _with_remote_code(choice: Choice, read: Read) -> Choice:
         code=tuple(sorted(set(choice.code) | set(code))))
 
 
-# The other files a library reads code references from: sentence-transformers' module list
-# and diffusers' pipeline index.
-CODE_CONFIGS = (*AUTO_MAP_CONFIGS, "modules.json", "model_index.json")
+# The other files a library reads code references from: sentence-transformers' module list,
+# its Router's and WordEmbeddings' configs, diffusers' pipeline index, and transformers'
+# generation config (a generation mode it now runs from another repo).
+CODE_CONFIGS = (*AUTO_MAP_CONFIGS, "modules.json", "model_index.json", "router_config.json",
+                "wordembedding_config.json", "generation_config.json")
+
+# transformers' hub_kernels.is_kernel: an attention or experts implementation named as a Hub
+# repo (`org/name`, `@revision`, `:function`), whose compiled code the `kernels` library
+# fetches and runs on a plain from_pretrained (kernels-community's without trust_remote_code).
+KERNEL = re.compile(r"^[^/:]+/[^/:]+(?:@[^/:]+)?(?::[^/:]+)?$")
+# The generation modes transformers 4.56+ moved to Hub repos (generation/utils.py:
+# GENERATION_MODES_MAPPING): generate() runs that repo's custom_generate/generate.py.
+MOVED_GENERATION = "transformers-community"
 
 
 def remote_code(paths: frozenset[str], read: Read
@@ -217,6 +229,53 @@ def remote_code(paths: frozenset[str], read: Read
     return tuple(found.values()), tuple(sorted(code))
 
 
+def moved_generation_mode(config: Any) -> str | None:
+    """The repo (under transformers-community) of the generation mode a
+    generation_config.json picks, when transformers moved it to the Hub; else None.
+    GenerationConfig.get_generation_mode, read from the file as it is written (the test
+    asks transformers' own for each config it makes)."""
+    if not isinstance(config, dict):
+        return None
+
+    def number(key: str) -> float | None:
+        value = config.get(key)
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            else None
+
+    beams = number("num_beams")
+    if config.get("constraints") is not None or config.get("force_words_ids") is not None:
+        return "constrained-beam-search"
+    if beams is None or beams == 1:
+        sampling = config.get("do_sample") is True
+        top_k, alpha = number("top_k"), number("penalty_alpha")
+        contrastive = not sampling and top_k is not None and top_k > 1 and \
+            alpha is not None and alpha > 0
+        assisted = any(config.get(key) not in (None, False) for key in (
+            "use_mtp", "prompt_lookup_num_tokens", "assistant_early_exit"))
+        if contrastive:
+            return "contrastive-search"
+        if config.get("dola_layers") is not None and not assisted:
+            return "dola"
+        return None
+    groups = number("num_beam_groups")
+    if groups is not None and groups > 1:
+        return "group-beam-search"
+    return None
+
+
+def _kernels(config: Any) -> Iterator[tuple[str, str]]:
+    """(key, kernel) for each Hub kernel a config.json names as its attention or experts
+    implementation, at its root or per sub-config (`{"": ..., "text_config": ...}`)."""
+    for key in ("attn_implementation", "experts_implementation"):
+        value = config.get(key)
+        for named in value.values() if isinstance(value, dict) else [value]:
+            if isinstance(named, str) and KERNEL.match(named):
+                yield key, named
+    for sub in config.values():
+        if isinstance(sub, dict) and "model_type" in sub:
+            yield from _kernels(sub)
+
+
 def _code_references(path: str, data: Any, paths: frozenset[str]
                      ) -> Iterator[tuple[str, str]]:
     """(where in the file, class reference) for each piece of code `path` names."""
@@ -231,6 +290,25 @@ def _code_references(path: str, data: Any, paths: frozenset[str]
                 yield "module types", kind
         return
     if not isinstance(data, dict):
+        return
+    if name == "router_config.json":
+        # sentence-transformers' Router.load: each route's `types` entry through the same
+        # import_module_class as a module's type.
+        types = data.get("types")
+        for kind in types.values() if isinstance(types, dict) else ():
+            if isinstance(kind, str) and kind and not kind.startswith("sentence_transformers."):
+                yield "Router types", kind
+        return
+    if name == "wordembedding_config.json":
+        # WordEmbeddings.load: `tokenizer_class` through import_module_class.
+        kind = data.get("tokenizer_class")
+        if isinstance(kind, str) and kind and not kind.startswith("sentence_transformers."):
+            yield "tokenizer_class", kind
+        return
+    if name == "generation_config.json":
+        mode = moved_generation_mode(data)
+        if mode is not None:
+            yield "generation mode", f"{MOVED_GENERATION}/{mode}--custom_generate/generate.generate"
         return
     if name == "model_index.json":
         # DiffusionPipeline: `_class_name` as [module, class] is a custom pipeline (the
@@ -251,6 +329,16 @@ def _code_references(path: str, data: Any, paths: frozenset[str]
             for reference in value if isinstance(value, list) else [value]:
                 if isinstance(reference, str) and reference:
                     yield "auto_map", reference
+    if name == "config.json":
+        for key, kernel in _kernels(data):
+            yield key, f"kernel:{kernel}"
+        activation = data.get("activation_function")
+        if folder and "in_features" in data and "out_features" in data and \
+                isinstance(activation, str) and not activation.startswith("torch."):
+            # sentence-transformers' Dense.load (a module's folder: in_features,
+            # out_features) imports an `activation_function` outside torch only under
+            # trust_remote_code.
+            yield "Dense activation_function", f"import:{activation}"
     pipelines = data.get("custom_pipelines") if name == "config.json" else None
     if isinstance(pipelines, dict):
         for task in pipelines.values():
