@@ -4,6 +4,7 @@ emulator over HTTP: exit codes and the exact messages a user sees."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -419,6 +420,12 @@ def test_add_checks_the_hub_and_locks_like_uv_add(hub: Hub, tmp_path: Path) -> N
     assert as_model.code == 5
     assert "but a dataset acme/tiny-squad exists: did you mean the dataset?" in as_model.stderr
     assert "wlock add --dataset acme/tiny-squad" in as_model.stderr
+    # add wrote no entry (weights.toml is as it was): nothing to move or remove (issue 61).
+    assert "Move it to" not in as_model.stderr and "wlock remove" not in as_model.stderr
+    as_json = run_wlock("--json", "add", "acme/tiny-squad", *ep, cwd=project)
+    error = json.loads(as_json.stdout)["error"]
+    assert error["hint"].startswith("Add the dataset: `wlock add --dataset acme/tiny-squad`."), \
+        error
     no_ref = run_wlock("add", "acme/tiny-bert@no-such-tag", *ep, cwd=project)
     assert no_ref.code == 5 and "revision 'no-such-tag' not found" in no_ref.stderr
     assert (project / "weights.toml").read_text() == manifest  # each left it as it was

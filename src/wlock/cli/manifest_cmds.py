@@ -216,6 +216,15 @@ def _blame_the_flag(e: WlockError, kind: str, spec: str, ref: str | None, manife
     though it does not name the repo)."""
     from wlock.errors import InvalidFileError
 
+    repo_id = spec.split("@")[0]
+    other = "dataset" if kind == "model" else "model"
+    if e.hint and e.hint.startswith(f"Move it to a [[{other}]] table") and \
+            getattr(e, "repo", None) == repo_id:
+        # The Hub has the other kind: said as the command that adds it, not as an entry of
+        # weights.toml to move (add wrote none; the file is as it was).
+        e.hint = f"Add the {other}: `wlock add {'--dataset ' if other == 'dataset' else ''}" \
+            f"{spec}`."
+        return
     if ref and e.hint and "Check `ref` in weights.toml" in e.hint:
         e.hint = e.hint.replace("Check `ref` in weights.toml", f"Check the @{ref} of {spec}")
         return
