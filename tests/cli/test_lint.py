@@ -514,3 +514,73 @@ def test_a_pin_variable_assigned_again_is_not_taken_for_the_pin(tmp_path: Path) 
     assert json.loads(pinned.stdout)["findings"] == [], pinned.stdout
     found = json.loads(moved.stdout)["findings"]
     assert [(f["line"], f["code"]) for f in found] == [(6, "WL200")], moved.stdout
+
+
+def _python312() -> str:
+    """A Python 3.12 or newer beside the one running the tests (this machine's pyenv keeps
+    several; Debian 12 has none)."""
+    import glob
+    import os
+    import sys
+
+    # pyenv's own folders (its shims answer only for the version it selects), else PATH's.
+    found = next(iter(sorted(glob.glob(os.path.expanduser(
+        "~/.pyenv/versions/3.1[2-9]*/bin/python3")))), None) or next(
+        (p for p in map(shutil.which, ("python3.12", "python3.13")) if p and "shims" not in p),
+        None)
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("no Python 3.12 or newer on this machine: the test of lint reading "
+                        "newer syntax needs one")
+        pytest.skip("no Python 3.12 or newer here")
+    assert sys.version_info[:2] < (3, 12), "run this test under Python 3.11"
+    return found
+
+
+NEWER_SYNTAX = '''\
+from transformers import AutoModel
+
+type Ids = list[str]
+
+
+def first[T](items: list[T]) -> T:
+    return items[0]
+
+
+name = "model"
+print(f"loading {f"{name!r}"}")
+model = AutoModel.from_pretrained("acme/tiny")
+'''
+
+
+def test_code_in_a_newer_pythons_syntax_is_read_by_the_projects_interpreter(tmp_path: Path
+                                                                             ) -> None:
+    """Issue 61: under Python 3.11, a file written for 3.12 (`type X = ...`, `def f[T]`, an
+    f-string nesting its own quotes) was WL001 "cannot parse" and its unpinned load unseen.
+    The project's interpreter (its `.venv`, or --python) parses it: the load is found, no
+    syntax finding. Its own grammar still judges a file that is broken under it too."""
+    import os
+    import subprocess
+
+    newer = _python312()
+    (tmp_path / "weights.toml").write_text("")
+    (tmp_path / "train.py").write_text(NEWER_SYNTAX)
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    alone = run_wlock("lint", "--format", "json", "--python", sys_python(), cwd=tmp_path,
+                      env={"VIRTUAL_ENV": ""})
+    assert [f["code"] for f in json.loads(alone.stdout)["findings"]] == ["WL001"]
+    subprocess.run([newer, "-m", "venv", "--without-pip", str(tmp_path / ".venv")], check=True,
+                   env=env)
+    result = run_wlock("lint", "--format", "json", cwd=tmp_path, env={"VIRTUAL_ENV": ""})
+    assert result.code == 1, result.stderr
+    found = json.loads(result.stdout)["findings"]
+    assert [(f["code"], f["path"], f["line"]) for f in found] == [("WL101", "train.py", 12)]
+    (tmp_path / "train.py").write_text(NEWER_SYNTAX + "x = (\n")
+    broken = run_wlock("lint", "--format", "json", "--python", newer, cwd=tmp_path)
+    assert [f["code"] for f in json.loads(broken.stdout)["findings"]] == ["WL001"]
+
+
+def sys_python() -> str:
+    import sys
+
+    return sys.executable

@@ -20,11 +20,14 @@ from wlock.units import count
               help="Write the locked commit where it is missing or wrong (never invents one).")
 @click.option("--fail-on-dynamic", is_flag=True,
               help="Fail on repo ids or revisions the linter cannot see (WL200) too.")
+@click.option("--python", "python", metavar="PATH", default=None,
+              help="The interpreter the code runs with, whose grammar reads a file the one "
+                   "running wlock cannot (default: $VIRTUAL_ENV's, else the project's .venv).")
 @click.option("--project", type=click.Path(file_okay=False, path_type=Path),
               help="Project folder whose weights.lock the pins must match "
               "(default: nearest folder upward with weights.toml).")
 def lint(paths: tuple[Path, ...], fmt: str, as_json: bool, fix: bool, fail_on_dynamic: bool,
-         project: Path | None) -> None:
+         python: str | None, project: Path | None) -> None:
     """Report every Hub download in PATHs (default: the project) without a pinned revision.
 
     Checks .py files and the code cells of .ipynb notebooks. A load is pinned when its
@@ -78,12 +81,18 @@ def lint(paths: tuple[Path, ...], fmt: str, as_json: bool, fix: bool, fail_on_dy
     targets = code_paths or [folder or Path.cwd()]
     if lock_files:
         targets = [folder or Path.cwd()]
-    report = lint_paths(targets, lock, settings, root=root)
+    from wlock.cache.loadcheck import project_python
+
+    python = python or project_python(folder or Path.cwd())
+    report = lint_paths(targets, lock, settings, root=root, python=python)
     if fix:
         applied, changed = fix_findings(report.findings, root)
         info(f"Fixed {count(applied, 'finding')} in {count(changed, 'file')}.")
         if applied:
-            report = lint_paths(targets, lock, settings, root=root)
+            from wlock.cache.loadcheck import project_python
+
+    python = python or project_python(folder or Path.cwd())
+    report = lint_paths(targets, lock, settings, root=root, python=python)
     if as_json:
         from wlock.cli.output import emit
         from wlock.lint.report import as_dict

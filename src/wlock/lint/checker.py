@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from wlock.lint.config import LintSettings, Loader
@@ -43,9 +43,12 @@ class LintReport:
 
 
 def lint_paths(
-    paths: Iterable[Path], lock: Lock | None, settings: LintSettings, *, root: Path | None = None
+    paths: Iterable[Path], lock: Lock | None, settings: LintSettings, *, root: Path | None = None,
+    python: str | None = None,
 ) -> LintReport:
-    """Scan every Python file and notebook under `paths`; judge each load against `lock`."""
+    """Scan every Python file and notebook under `paths`; judge each load against `lock`.
+    `python`: the project's interpreter; a file the running one cannot parse is parsed
+    again by it when it is newer (code written for 3.12 or later)."""
     started = time.monotonic()
     files = [(path, os.path.relpath(path, root) if root else str(path))
              for path in iter_files(paths, settings.exclude)]
@@ -64,6 +67,20 @@ def lint_paths(
         redone = _scan_all([files[i] for i in again], settings.loaders, helpers, constants)
         for i, result in zip(again, redone, strict=True):
             results[i] = result
+    unparsed = [i for i, result in enumerate(results)
+                if any(e.reason.startswith("cannot parse") for e in result[2])]
+    newer = newer_python(python) if unparsed and python else None
+    if newer is not None:
+        helpers = tuple(w for result in results for w in result[3])
+        constants = tuple(c for result in results for c in result[4])
+        parsed = scan_with(newer[0], [files[i] for i in unparsed], settings.loaders, helpers,
+                           constants)
+        for i, result in zip(unparsed, parsed or [], strict=False):
+            results[i] = result
+        if parsed is None:
+            for i in unparsed:  # the interpreter could not run the scan: say which
+                results[i][2][:] = [replace(e, reason=f"{e.reason} (nor could {newer[1]} "
+                                              "run wlock's parser)") for e in results[i][2]]
     for found, lines_by_cell, file_errors, _, _ in results:
         for problem in file_errors:
             errors.append(str(problem))
@@ -88,6 +105,65 @@ def lint_paths(
 
 ScanResult = tuple[list[LoadSite], dict[int | None, list[str]], list[Unreadable],
                    list[Wrapper], list[Exported]]
+
+
+def newer_python(python: str) -> tuple[str, str] | None:
+    """(`python`, "Python 3.N") when that interpreter is newer than the running one (its
+    grammar reads what ours cannot), else None."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=30, check=False,
+                              stdin=subprocess.DEVNULL)
+        major, minor = (int(n) for n in done.stdout.split())
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    if (major, minor) <= sys.version_info[:2]:
+        return None
+    return python, f"Python {major}.{minor}"
+
+
+# Run by the project's interpreter: wlock's linter (the standard library only) scans the files
+# it is handed, as this process would, with that interpreter's own `ast`.
+_CHILD = """
+import pickle, sys
+sys.path.insert(0, sys.argv[1])
+from wlock.lint.checker import scan_file
+args = pickle.load(sys.stdin.buffer)
+pickle.dump([scan_file(*a) for a in args], sys.stdout.buffer, protocol=4)
+"""
+
+
+def scan_with(python: str, files: list[tuple[Path, str]], loaders: tuple[Loader, ...],
+              helpers: tuple[Wrapper, ...], constants: tuple[Exported, ...],
+              ) -> list[ScanResult] | None:
+    """`files` scanned by another interpreter (each as scan_file does here); None when it
+    cannot run the scan (older than wlock's own code, or broken)."""
+    import pickle
+    import subprocess
+    import tempfile
+
+    package = Path(__file__).resolve().parents[1]  # the wlock package: stdlib-only here
+    with tempfile.TemporaryDirectory(prefix="wlock-lint-") as only:
+        # Only wlock on the path, not the site-packages it is installed in (built for this
+        # interpreter).
+        (Path(only) / "wlock").symlink_to(package, target_is_directory=True)
+        given = pickle.dumps([(path, display, loaders, helpers, constants)
+                              for path, display in files], protocol=4)
+        try:
+            done = subprocess.run([python, "-I", "-B", "-c", _CHILD, only], input=given,
+                                  capture_output=True, timeout=600, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    if done.returncode != 0:
+        return None
+    try:
+        results: list[ScanResult] = pickle.loads(done.stdout)  # noqa: S301 - our own child
+    except (pickle.UnpicklingError, EOFError, ValueError):
+        return None
+    return results
 
 
 def _mentions(path: Path, names: tuple[str, ...]) -> bool:
