@@ -151,12 +151,14 @@ def test_text_output_says_what_to_write(corpus: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[0] == (
         'transformers_cases.py:31:12: WL101 AutoModel.from_pretrained() loads model "acme/bert" '
-        f'without a pinned revision; write revision="{BERT}" (the locked commit)'
+        'without a pinned revision; write revision=wlock.revision("acme/bert") (it follows '
+        f'weights.lock: {BERT[:7]} now), or the commit, revision="{BERT}"'
     )
     assert (
         'transformers_cases.py:74:14: WL102 DiffusionPipeline.from_pretrained() loads model '
         '"acme/sd" with revision="fp16": a variant, not a pin (use variant=); write '
-        'revision="998760a71daad75d67d1b86bc401ec547f5dd421" (the locked commit)'
+        'revision=wlock.revision("acme/sd") (it follows weights.lock: 998760a now), or the '
+        'commit, revision="998760a71daad75d67d1b86bc401ec547f5dd421"'
     ) in lines
     assert (
         'transformers_cases.py:38:14: WL104 AutoModel.from_pretrained() loads model '
@@ -166,7 +168,15 @@ def test_text_output_says_what_to_write(corpus: Path) -> None:
     assert result.stderr.endswith("22 errors, 3 warnings in " + result.stderr.rsplit(" in ", 1)[1])
 
 
-def test_fix_then_lint_leaves_nothing_fixable_and_code_that_parses(corpus: Path) -> None:
+@pytest.mark.parametrize("pin", ["lock", "commit"])
+def test_fix_then_lint_leaves_nothing_fixable_and_code_that_parses(corpus: Path, pin: str
+                                                                   ) -> None:
+    """`fix-pin`: "lock" (the default) writes wlock.revision("org/name"), which follows
+    weights.lock; "commit" the locked commit itself."""
+    if pin == "commit":
+        manifest = corpus / "weights.toml"
+        manifest.write_text(manifest.read_text().replace(
+            "[tool.wlock.lint]\n", '[tool.wlock.lint]\nfix-pin = "commit"\n'))
     fixed = run_wlock("lint", "--fix", "--format", "json", cwd=corpus)
     assert fixed.stderr.startswith("Fixed 52 findings in 6 files.")
     again = run_wlock("lint", "--format", "json", cwd=corpus)
@@ -186,20 +196,24 @@ def test_fix_then_lint_leaves_nothing_fixable_and_code_that_parses(corpus: Path)
     }
     for path in corpus.glob("*.py"):
         ast.parse(path.read_text())
+    def pin_of(repo_id: str, commit: str) -> str:
+        return f'wlock.revision("{repo_id}")' if pin == "lock" else f'"{commit}"'
+
     notebook = json.loads((corpus / "notebook.ipynb").read_text())
     cell = "".join(notebook["cells"][2]["source"])
-    assert f'AutoModel.from_pretrained("acme/bert", revision="{BERT}")' in cell
+    assert f'AutoModel.from_pretrained("acme/bert", revision={pin_of("acme/bert", BERT)})' in cell
+    assert ("import wlock\n" in cell) == (pin == "lock")
     assert "".join(notebook["cells"][1]["source"]).startswith("%pip install transformers\n")
     text = (corpus / "transformers_cases.py").read_text()
+    llama = "c84d61dfa5650c9d2af6b98349ecd54bb24f23a6"
     assert (
         '    "acme/llama",\n    torch_dtype="auto",\n'
-        '    revision="c84d61dfa5650c9d2af6b98349ecd54bb24f23a6",\n)'
+        f'    revision={pin_of("acme/llama", llama)},\n)'
     ) in text
     hub_text = (corpus / "hub_cases.py").read_text()
     assert 'HfApi().hf_hub_download("acme/bert", "config.json", revision=' in hub_text
-    llama = "c84d61dfa5650c9d2af6b98349ecd54bb24f23a6"
-    assert (f'mismatch_llm = LLM(model="acme/llama", revision="{llama}", '
-            f'tokenizer_revision="{llama}")') in hub_text
+    assert (f'mismatch_llm = LLM(model="acme/llama", revision={pin_of("acme/llama", llama)}, '
+            f'tokenizer_revision={pin_of("acme/llama", llama)})') in hub_text
     assert '"hf-hub:acme/clip@ce0c72bcc8eaaea1e4a3eaa0d7cf3bd9e757fd5a"' in (
         corpus / "hub_cases.py"
     ).read_text()
@@ -226,8 +240,8 @@ def test_github_annotations(corpus: Path) -> None:
     first = result.stdout.splitlines()[0]
     assert first == (
         "::error file=hub_cases.py,line=12,col=10,title=wlock WL101::hf_hub_download() loads "
-        'model "acme/bert" without a pinned revision; write revision="'
-        f'{BERT}" (the locked commit)'
+        'model "acme/bert" without a pinned revision; write revision=wlock.revision("acme/bert") '
+        f'(it follows weights.lock: {BERT[:7]} now), or the commit, revision="{BERT}"'
     )
 
 
@@ -360,7 +374,7 @@ def test_loaders_imported_under_another_name(tmp_path: Path) -> None:
     assert found == [(3, "WL101"), (4, "WL101"), (5, "WL101")]
     fixed = run_wlock("lint", "aliased.py", "--fix", cwd=tmp_path)
     assert fixed.code == 0, fixed.stdout + fixed.stderr
-    assert f'_dl("acme/bert", "config.json", revision="{BERT}")' in (
+    assert '_dl("acme/bert", "config.json", revision=wlock.revision("acme/bert"))' in (
         tmp_path / "aliased.py").read_text()
 
 
@@ -460,7 +474,9 @@ def test_a_script_exported_from_a_notebook_is_checked_and_fixed(tmp_path: Path) 
     fixed = run_wlock("lint", "--fix", "colab.py", cwd=tmp_path)
     assert fixed.code == 0, fixed.stderr
     assert (tmp_path / "colab.py").read_text() == script.replace(
-        '"acme/bert")', '"acme/bert", revision="79a579b0a251dfd74d363b615e210828963a37d1")')
+        '"acme/bert")', '"acme/bert", revision=wlock.revision("acme/bert"))').replace(
+        "from transformers import AutoModel\n", "from transformers import AutoModel\n"
+        "import wlock\n")
 
 
 def test_load_dataset_of_a_config_or_split_the_lock_does_not_hold(tmp_path: Path) -> None:

@@ -68,7 +68,8 @@ def test_code_in_another_repo_is_pinned_by_lint_fix_and_the_locked_code_runs(
     assert locked_code.revision in found[0]["message"]
     fixed = run_wlock("lint", "--fix", cwd=project)
     assert fixed.code == 0, fixed.stderr + fixed.stdout
-    assert f'code_revision="{locked_code.revision}"' in script.read_text()
+    # The pin follows weights.lock (the README's form), and runs the locked code.
+    assert f'code_revision=wlock.revision("{code}")' in script.read_text()
     assert run_online(hub, tmp_path / "after", script) == "v1"  # the locked code
     # Its own code, at the revision the call pins, is not a finding.
     own = project / "own.py"
@@ -88,3 +89,43 @@ def test_code_in_another_repo_is_pinned_by_lint_fix_and_the_locked_code_runs(
                                                  f'code_revision=wlock.revision("{repo_id}")'))
     found = json.loads(run_wlock("lint", "--format", "json", "load.py", cwd=project).stdout)
     assert [f["code"] for f in found["findings"]] == ["WL103"], found
+
+
+@pytest.mark.parametrize("pin", ["lock", "commit"])
+def test_the_pin_lint_fix_writes_survives_an_upgrade(hub: Hub, tmp_path: Path, pin: str
+                                                      ) -> None:
+    """Issue 61: the literal commits `lint --fix` wrote became WL103 after every `lock
+    --upgrade`. Its default pin, wlock.revision("org/name") (the README's form), follows
+    weights.lock: after the upgrade lint passes with the code untouched. `fix-pin =
+    "commit"` keeps the literal, which the upgrade makes stale until `lint --fix` again."""
+    repo_id = hub.unique_id("moving")
+    hub.builder.commit("model", repo_id, {"config.json": b'{"model_type": "bert", "v": 1}'})
+    setting = '\n[tool.wlock.lint]\nfix-pin = "commit"\n' if pin == "commit" else ""
+    project = write_project(tmp_path / "p", f'[[model]]\nid = "{repo_id}"\n{setting}')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=project).code == 0
+    script = project / "train.py"
+    script.write_text("from transformers import AutoConfig\n"
+                      f'config = AutoConfig.from_pretrained("{repo_id}")\n')
+    assert run_wlock("lint", cwd=project).code == 1
+    assert run_wlock("lint", "--fix", cwd=project).code == 0
+    fixed = script.read_text()
+    assert ("wlock.revision" in fixed) == (pin == "lock"), fixed
+    hub.builder.commit("model", repo_id, {"config.json": b'{"model_type": "bert", "v": 2}'})
+    before = read_lock(project / "weights.lock").find("model", repo_id)
+    upgraded = run_wlock("lock", "--upgrade", "--endpoint", hub.endpoint, cwd=project)
+    assert upgraded.code == 0, upgraded.stderr
+    after = read_lock(project / "weights.lock").find("model", repo_id)
+    assert before is not None and after is not None and before.revision != after.revision
+    linted = run_wlock("lint", "--format", "json", cwd=project)
+    codes = [f["code"] for f in json.loads(linted.stdout)["findings"]]
+    assert codes == ([] if pin == "lock" else ["WL103"]), linted.stdout
+    assert script.read_text() == fixed  # no edit of the code
+    if pin == "lock":
+        # And the code runs against the upgraded commit, offline, through the lock.
+        cache = tmp_path / "cache"
+        assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                         cwd=project).code == 0
+        ran = run_wlock("run", "--cache-dir", str(cache), "--", sys.executable, "-c",
+                        "import runpy; g = runpy.run_path('train.py'); print(g['config'].v)",
+                        cwd=project)
+        assert ran.code == 0 and ran.stdout.strip().endswith("2"), ran.stderr

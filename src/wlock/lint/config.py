@@ -35,7 +35,8 @@ CODES: dict[str, str] = {
     "WL200": "repo id or revision the linter cannot see",
 }
 SEVERITIES = ("error", "warning", "off")
-_KEYS = frozenset({"exclude", "fail-on-dynamic", "severity", "loaders"})
+_KEYS = frozenset({"exclude", "fail-on-dynamic", "severity", "loaders", "fix-pin"})
+FIX_PINS = ("lock", "commit")
 _LOADER_KEYS = frozenset({"name", "id", "position", "revision", "kind"})
 
 
@@ -56,6 +57,10 @@ class LintSettings:
     fail_on_dynamic: bool = False
     severity: dict[str, str] = field(default_factory=dict)
     loaders: tuple[Loader, ...] = ()
+    # What `lint --fix` writes for a pin: "lock", `wlock.revision("org/name")` (it follows
+    # weights.lock, so `lock --upgrade` needs no code edit), or "commit", the literal commit
+    # (code that runs without wlock installed; each upgrade moves it by `lint --fix` again).
+    fix_pin: str = "lock"
 
     def level(self, code: str) -> str:
         if code in self.severity:
@@ -106,6 +111,10 @@ def _parse(path: str, table: Any) -> LintSettings:
             raise fail(f"severity.{code}", f"unknown code (known: {', '.join(CODES)})")
         if level not in SEVERITIES:
             raise fail(f"severity.{code}", f"must be one of {', '.join(SEVERITIES)}")
+    fix_pin = table.get("fix-pin", "lock")
+    if fix_pin not in FIX_PINS:
+        raise fail("fix-pin", f"must be one of {', '.join(FIX_PINS)} (\"lock\" writes "
+                   "wlock.revision(\"org/name\"), \"commit\" the locked commit)")
     loaders = table.get("loaders", [])
     if not isinstance(loaders, list):
         raise fail("loaders", "must be an array of tables ([[tool.wlock.lint.loaders]])")
@@ -133,4 +142,4 @@ def _parse(path: str, table: Any) -> LintSettings:
             raise fail(f"{where}.kind", 'must be "model" or "dataset"')
         parsed.append(Loader(raw["name"], raw["id"], position, revision, kind))
     return LintSettings(exclude=tuple(exclude), fail_on_dynamic=dynamic, severity=dict(severity),
-                        loaders=tuple(parsed))
+                        loaders=tuple(parsed), fix_pin=fix_pin)

@@ -98,6 +98,7 @@ def fix_source(text: str, findings: list[Finding]) -> tuple[str, int]:
                 elif finding.param != "@" and finding.fix and finding.call == name:
                     pinned = _set_keyword(pinned, finding.param, finding.fix)
                     applied += 1
+                    needs_import[0] |= finding.fix.startswith("wlock.")
             return pinned
 
         def leave_SimpleString(
@@ -117,7 +118,7 @@ def fix_source(text: str, findings: list[Finding]) -> tuple[str, int]:
                 f"{_pin_string(value, finding.repo_id, finding.fix)}{quote}"
             )
 
-    needs_import = [False]  # a fix wrote wlock.snapshot_path(...)
+    needs_import = [False]  # a fix wrote wlock.snapshot_path(...) or wlock.revision(...)
     module = MetadataWrapper(cst.parse_module(text)).visit(Pin())
     if needs_import[0] and not _imports_wlock(module):
         module = _with_import(module)
@@ -187,10 +188,12 @@ def _pin_string(value: str, repo_id: str, commit: str) -> str:
     return f"{value[:start]}@{commit}{rest}"
 
 
-def _set_keyword(call: Any, name: str, commit: str) -> Any:
+def _set_keyword(call: Any, name: str, pin: str) -> Any:
+    """`name=pin` in `call`: the locked commit as a string, or `wlock.revision(...)`."""
     import libcst as cst
 
-    value = cst.SimpleString(f'"{commit}"')
+    value = cst.parse_expression(pin) if pin.startswith("wlock.") else \
+        cst.SimpleString(f'"{pin}"')
     args = list(call.args)
     for i, arg in enumerate(args):
         if arg.keyword is not None and arg.keyword.value == name:

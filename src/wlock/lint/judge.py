@@ -35,7 +35,7 @@ class Finding:
 
 def judge(site: LoadSite, lock: Lock | None, settings: LintSettings) -> Finding | None:
     """The finding for one site, or None when it is pinned as the lock says."""
-    code, message, fix = _verdict(site, lock)
+    code, message, fix = _verdict(site, lock, settings.fix_pin == "lock")
     if code is None and lock is not None:
         code, message, fix = _adapter_verdict(site, lock)
     if code is None and lock is not None:
@@ -55,7 +55,16 @@ def judge(site: LoadSite, lock: Lock | None, settings: LintSettings) -> Finding 
 FOLDER_FIX = "str(wlock.snapshot_path("
 
 
-def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | None]:
+def revision_call(repo_id: str, kind: str) -> str:
+    """The pin that follows weights.lock (the README's form): what `lint --fix` writes."""
+    kind_arg = ', kind="dataset"' if kind == "dataset" else ""
+    return f'wlock.revision("{repo_id}"{kind_arg})'
+
+
+def _verdict(site: LoadSite, lock: Lock | None, follow: bool = True
+             ) -> tuple[str | None, str, str | None]:
+    """`follow`: the fix is `wlock.revision(...)`, which follows the lock; else the
+    literal commit (`fix-pin`)."""
     call = f"{site.call}()"
     if site.default_model:
         return ("WL106", f"{call} without model= downloads the task's default model, "
@@ -110,12 +119,17 @@ def _verdict(site: LoadSite, lock: Lock | None) -> tuple[str | None, str, str | 
         return (code, f"{what} from the Hub by id ({how}), which fails offline; load the "
                 f"locked commit's folder: {site.call}({folder}, ...)",
                 folder if site.literal and not site.origin else None)
-    instead = _instead(site, commit)
+    pinned_repo = code_repo or repo_id
+    follows = follow and site.param != "@" and commit is not None
+    instead = _instead(site, commit, revision_call(pinned_repo, "model" if code_repo
+                                                   else site.repo_kind) if follows else None)
     if code_repo is not None and site.expr is not None:
         instead = f'write code_revision=wlock.revision("{code_repo}")'
     # Rewritten only where the call itself holds the literal: not a variable's default (it
     # can change at run time), not a string built with + or an f-string.
     fixable = commit if site.literal and not (site.origin or rev.origin) else None
+    if fixable is not None and follows:
+        fixable = revision_call(pinned_repo, "model" if code_repo else site.repo_kind)
     if rev.kind == "missing" and site.family == "helper (no revision)":
         return ("WL101", f"{what} without a pinned revision; the helper passes none: write "
                 f"revision=wlock.revision({site.helper_param}) in its load", None)
@@ -202,7 +216,7 @@ def _dataset_verdict(site: LoadSite, lock: Lock) -> tuple[str | None, str, str |
     return None, "", None
 
 
-def _instead(site: LoadSite, commit: str | None) -> str:
+def _instead(site: LoadSite, commit: str | None, follows: str | None = None) -> str:
     param = site.param if site.param != "@" else "revision"
     if site.expr is not None:
         return (f"write {param}=wlock.revision({site.expr}): the lock decides at run time, "
@@ -214,6 +228,9 @@ def _instead(site: LoadSite, commit: str | None) -> str:
                 f'wlock.revision("{site.repo_id}")')
     if site.param == "@":
         return f'write "…{site.repo_id}@{commit}" (the locked commit)'
+    if follows is not None:
+        return (f"write {site.param}={follows} (it follows weights.lock: {commit[:7]} now), "
+                f'or the commit, {site.param}="{commit}"')
     return f'write {site.param}="{commit}" (the locked commit)'
 
 
