@@ -351,3 +351,26 @@ def test_the_answer_travels_apart_from_what_the_library_prints(
     assert code == 0, said
     assert loads[repo_id]["status"] == "loaded"
     assert loads[repo_id]["did"][0] == "config", loads[repo_id]
+
+
+def test_a_load_that_kills_its_process_fails_alone(hub: Hub, repos: dict[str, str],
+                                                    tmp_path: Path) -> None:
+    """The entries of one library load in processes forked from one that imported it once:
+    remote code (locked, so run) that kills its own process fails its entry, named, and the
+    other entry still loads (seen failing, with no answer for either, when an entry left
+    without an answer was not loaded again alone)."""
+    folder = tiny_bert(tmp_path / "killer")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(model_type="xbert", auto_map={"AutoConfig": "configuration_x.XConfig",
+                                                "AutoModel": "modeling_x.XModel"})
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "configuration_x.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n" + REMOTE_CONFIG)
+    (folder / "modeling_x.py").write_text(REMOTE_MODEL)
+    killer, _ = publish(hub, "gate-killer", folder, "transformers")
+    project, cache = added(hub, tmp_path, (killer,), (repos["bert"],))
+    code, loads, said = gate(project, cache)
+    assert code == 1, said
+    assert loads[killer]["status"] == "failed"
+    assert "the load's process died" in loads[killer]["error"], loads[killer]
+    assert loads[repos["bert"]]["status"] == "loaded", loads[repos["bert"]]

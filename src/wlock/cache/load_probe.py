@@ -1,6 +1,7 @@
 """The child of `wlock check --load`: load one locked entry offline the way code loads it.
 
-Run as a script by the project's Python (`python load_probe.py '<entry as JSON>' ANSWER`),
+Run as a script by the project's Python (`python load_probe.py '<entry as JSON>' ANSWER`, or
+`python load_probe.py --serve MODULES ANSWERS` for many entries: `serve`),
 which may not have wlock installed: this file imports the standard library and the ML
 libraries only. Its answer is one JSON object written to the file ANSWER, never to stdout,
 where the library prints what it likes (a `[y/N]` prompt, a load report):
@@ -422,8 +423,49 @@ LOADERS: dict[str, Callable[[dict[str, Any], list[str]], None]] = {
 }
 
 
+def serve(modules: str, answers: str) -> None:
+    """Load many entries: import `modules` (comma-separated: what their libraries import
+    before they read a file, torch and transformers taking seconds) once, then for each
+    entry read from standard input (one JSON object a line) fork a process that loads it as
+    `main` does, its answer in ANSWERS/<n>.json, its output in ANSWERS/<n>.out. Each load is
+    still a process of its own (a crash, or state a library leaves, stays in it); after
+    each, one line on standard output: `<n> <wait status>`."""
+    import contextlib
+
+    for name in filter(None, modules.split(",")):
+        with contextlib.suppress(Exception):  # the entry's own load says what is missing
+            importlib.import_module(name)
+    for n, line in enumerate(sys.stdin):
+        pid = os.fork()
+        if pid == 0:  # the entry's process
+            code = 0
+            try:
+                out = os.open(os.path.join(answers, f"{n}.out"),
+                              os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                os.dup2(out, 1)
+                os.dup2(out, 2)
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)  # a library that asks reads EOF, as main's does
+                run(json.loads(line), os.path.join(answers, f"{n}.json"))
+            except BaseException:  # noqa: BLE001 - the parent sees no answer: a crash
+                code = 70
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        print(n, status, flush=True)
+
+
 def main() -> None:
-    entry = json.loads(sys.argv[1])
+    if sys.argv[1] == "--serve":
+        serve(sys.argv[2], sys.argv[3])
+        return
+    run(json.loads(sys.argv[1]), sys.argv[2])
+
+
+def run(entry: dict[str, Any], answer_path: str) -> None:
+    """Load one entry and write its answer to `answer_path`."""
     did: list[str] = []
     answer: dict[str, Any] = {"ok": True, "did": did, "error": None, "wanted": None}
     _watch_downloads()
@@ -441,7 +483,7 @@ def main() -> None:
             error += f" [the load asked for {', '.join(others[:3])}, not in the cache]"
         answer.update(ok=False, error=error, wanted=_wanted(error, entry))
     answer["asked"] = [{"repo": repo, "path": path} for repo, path in _missed]
-    with open(sys.argv[2], "w", encoding="utf-8") as f:
+    with open(answer_path, "w", encoding="utf-8") as f:
         json.dump(answer, f)
 
 

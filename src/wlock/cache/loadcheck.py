@@ -5,7 +5,9 @@ reads. Each entry is loaded by the project's Python (the interpreter that has th
 libraries, which wlock's own may not) in a fresh process of its own, offline, from the cache,
 at its locked commit, with the library its loader names (`load_probe.py`, a script that needs
 nothing of wlock). One process per entry: a crash, or a library that leaves state behind,
-fails that entry only, and memory goes back between entries.
+fails that entry only, and memory goes back between entries. The entries of one library are
+forked from one process that imported the library once (torch and transformers cost seconds
+each time), so each is still a process of its own.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from wlock.cache.layout import RepoPaths
 from wlock.lock.loaders import detect_loader
@@ -33,6 +36,16 @@ LIBRARIES = {"transformers": "transformers", "sentence-transformers": "sentence_
              "timm": "timm", "open_clip": "open_clip"}
 PROBED = frozenset({"transformers", "sentence-transformers", "diffusers", "peft", "gguf",
                     "datasets"})
+# The entries loaded from one process that imported these once (each entry still in a
+# process of its own, forked from it): the libraries built on torch and transformers share
+# theirs.
+SHARED_IMPORTS = {
+    "transformers": "torch,transformers,transformers.modeling_utils",
+    "peft": "torch,transformers,transformers.modeling_utils",
+    "sentence-transformers": "torch,transformers,transformers.modeling_utils",
+    "diffusers": "torch,transformers,transformers.modeling_utils",
+    "gguf": "gguf", "datasets": "datasets",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,23 +111,56 @@ def load_entries(
 ) -> tuple[EntryLoad, ...]:
     """Load every entry of `lock` offline from `cache_dir` with `python`; never raises for a
     failed load (it is an EntryLoad). An entry whose library `python` lacks fails, naming
-    the install; `skip_missing` (`--skip-missing-libraries`) makes it a skip."""
+    the install; `skip_missing` (`--skip-missing-libraries`) makes it a skip. The entries
+    of one library load in processes forked from one that imported it once (`serve`);
+    an entry whose process left no answer is loaded again alone."""
     wanted = {repo.key: library_of(repo) for repo in lock.repos}
     here = installed(python, {lib for lib in wanted.values() if lib})
-    results = []
+    results: dict[int, EntryLoad] = {}
+
+    def done(i: int, result: EntryLoad) -> None:
+        results[i] = result
+        if on_entry:
+            on_entry(result)
+
     with tempfile.TemporaryDirectory(prefix="wlock-load-") as scratch:
-        for repo in lock.repos:
+        env = _probe_env(cache_dir, Path(scratch))
+        groups: dict[str, list[tuple[int, LockedRepo, str, dict[str, Any]]]] = {}
+        for i, repo in enumerate(lock.repos):
             library = wanted[repo.key]
-            result = _load(lock, repo, library, here, cache_dir, python, Path(scratch),
-                           skip_missing)
-            results.append(result)
-            if on_entry:
-                on_entry(result)
-    return tuple(results)
+            early = _before_loading(repo, library, here, python, skip_missing)
+            if early is not None:
+                done(i, early)
+                continue
+            assert library is not None
+            groups.setdefault(SHARED_IMPORTS[library], []).append(
+                (i, repo, library, _entry(lock, repo, library, cache_dir)))
+        for n, (modules, members) in enumerate(groups.items()):
+            def answer(k: int, got: tuple[dict[str, Any], str]) -> None:
+                i, repo, library, _ = members[k]  # noqa: B023 - called before the next group
+                done(i, _judged(repo, library, cache_dir, *got))
+
+            answered = _serve(python, modules, [m[3] for m in members], env,
+                              Path(scratch) / f"serve-{n}", answer) \
+                if len(members) > 1 else set()
+            for k, (i, repo, library, entry) in enumerate(members):
+                if k not in answered:  # alone, or its forked process died
+                    done(i, _judged(repo, library, cache_dir,
+                                    *_probe(python, entry, env, Path(scratch))))
+    return tuple(results[i] for i in range(len(lock.repos)))
 
 
-def _load(lock: Lock, repo: LockedRepo, library: str | None, here: set[str], cache_dir: Path,
-          python: str, scratch: Path, skip_missing: bool) -> EntryLoad:
+def _probe_env(cache_dir: Path, scratch: Path) -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1", "HF_HUB_CACHE": str(cache_dir),
+            # datasets writes its Arrow tables here: a load that proves, not one that keeps.
+            "HF_DATASETS_CACHE": str(scratch / "datasets"),
+            "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+def _before_loading(repo: LockedRepo, library: str | None, here: set[str], python: str,
+                    skip_missing: bool) -> EntryLoad | None:
+    """The entry's result when it cannot be loaded at all (no library, or not installed)."""
     def skipped(reason: str) -> EntryLoad:
         return EntryLoad(repo.kind, repo.id, repo.revision, library, "skipped", reason=reason)
 
@@ -131,20 +177,26 @@ def _load(lock: Lock, repo: LockedRepo, library: str | None, here: set[str], cac
         return EntryLoad(repo.kind, repo.id, repo.revision, library, "failed", error=reason,
                          reason="library missing (--skip-missing-libraries skips such "
                                 "entries)")
-    snapshot = RepoPaths.of(cache_dir, repo).snapshot(repo.revision)
-    entry = {
+    return None
+
+
+def _entry(lock: Lock, repo: LockedRepo, library: str, cache_dir: Path) -> dict[str, Any]:
+    """What the probe is told of one entry."""
+    return {
         "library": library, "kind": repo.kind, "id": repo.id, "revision": repo.revision,
         "files": [f.path for f in repo.files], "variant": repo.variant,
         "config": repo.config, "split": split_names(repo.split) if repo.split else None,
-        "remote_code": bool(repo.remote_code), "snapshot": str(snapshot),
+        "remote_code": bool(repo.remote_code),
+        "snapshot": str(RepoPaths.of(cache_dir, repo).snapshot(repo.revision)),
         "base": _named_base(lock, repo), "adapters": _adapters(repo),
         "listing": [f.path for f in repo.files] + list(repo.skipped),
     }
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "TRANSFORMERS_OFFLINE": "1", "HF_HUB_CACHE": str(cache_dir),
-           # datasets writes its Arrow tables here: a load that proves, not one that keeps.
-           "HF_DATASETS_CACHE": str(scratch / "datasets"),
-           "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+def _probe(python: str, entry: dict[str, Any], env: dict[str, str], scratch: Path
+           ) -> tuple[dict[str, Any] | None, str]:
+    """One entry loaded in a process of its own: (its answer, or None; the last line of what
+    it printed to stderr, for a process that died)."""
     answer_path = scratch / "answer.json"
     answer_path.unlink(missing_ok=True)
     # No standard input: a library that asks (transformers' remote-code `[y/N]`) reads EOF
@@ -152,12 +204,62 @@ def _load(lock: Lock, repo: LockedRepo, library: str | None, here: set[str], cac
     done = subprocess.run([python, str(PROBE), json.dumps(entry), str(answer_path)], env=env,
                           capture_output=True, text=True, check=False,
                           stdin=subprocess.DEVNULL)
+    tail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    return _answer(answer_path), tail
+
+
+def _answer(path: Path) -> dict[str, Any] | None:
     try:
-        answer = json.loads(answer_path.read_text(encoding="utf-8"))
+        answer = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        answer = None
-    if not isinstance(answer, dict):
-        tail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def _serve(python: str, modules: str, entries: list[dict[str, Any]], env: dict[str, str],
+           folder: Path, on_answer: Callable[[int, tuple[dict[str, Any], str]], None],
+           ) -> set[int]:
+    """`entries`, each in a process forked from one that imported `modules` once (the
+    probe's `serve`); `on_answer(k, ...)` as the k-th ends. Returns the k of those that
+    answered (the others are loaded again alone)."""
+    import threading
+
+    folder.mkdir()
+    lines = "".join(json.dumps(entry) + "\n" for entry in entries)
+    answered: set[int] = set()
+    with (folder / "stderr").open("w") as errors:
+        server = subprocess.Popen([python, str(PROBE), "--serve", modules, str(folder)],
+                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=errors, text=True)
+        assert server.stdin is not None and server.stdout is not None
+
+        def feed() -> None:  # a thread: a long list must not block on a full pipe
+            assert server.stdin is not None
+            try:
+                server.stdin.write(lines)
+                server.stdin.close()
+            except OSError:
+                pass  # it died: what answered is kept, the rest loads alone
+
+        writer = threading.Thread(target=feed, daemon=True)
+        writer.start()
+        for line in server.stdout:
+            k = int(line.split()[0])
+            answer = _answer(folder / f"{k}.json")
+            if answer is not None:
+                answered.add(k)
+                on_answer(k, (answer, ""))
+        server.wait()
+        writer.join()
+    return answered
+
+
+def _judged(repo: LockedRepo, library: str, cache_dir: Path, answer: dict[str, Any] | None,
+            tail: str) -> EntryLoad:
+    """The entry's result from the probe's answer (None: its process died, `tail` its last
+    words)."""
+    snapshot = RepoPaths.of(cache_dir, repo).snapshot(repo.revision)
+    if answer is None:
         return EntryLoad(repo.kind, repo.id, repo.revision, library, "failed",
                          error=f"the load's process died: {tail}")
     did = tuple(answer.get("did") or ())
