@@ -38,7 +38,7 @@ def test_the_wheel_and_the_sdist_carry_the_licence(tmp_path: Path) -> None:
                    for n in names)
     # What a user can install: the s3 extra only; the tests', docs' and benchmarks' needs are
     # dependency groups (PEP 735), not published.
-    assert metadata.get_all("Provides-Extra") == ["s3"]
+    assert metadata.get_all("Provides-Extra") == ["oci", "s3"]
     assert not [r for r in metadata.get_all("Requires-Dist") or [] if "extra ==" in r
                 and "s3" not in r]
     assert metadata["License-Expression"] == "Apache-2.0"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -56,6 +56,11 @@ def archive(to: str | None, jobs: int, dry_run: bool, settings: Settings) -> Non
                          "$WLOCK_ARCHIVE, or add [tool.wlock.archive] url = \"...\" to "
                          "weights.toml.")
     lock = read_lock(settings.lock_path())
+    from wlock.archive.oci import is_oci
+
+    if is_oci(url):
+        _push_oci(lock, url, dry_run, settings)
+        return
     store = open_archive(url)
     plan = plan_archive(lock, store)
     todo, present = plan
@@ -121,3 +126,37 @@ def _document(url: str, todo: dict[str, tuple[LockedRepo, LockedFile]], present:
         "missing": sorted(result.missing) if result else [],
         "wrong": sorted(result.wrong) if result else [],
     }
+
+
+def _push_oci(lock: Any, url: str, dry_run: bool, settings: Settings) -> None:
+    """`wlock archive --to oci://REGISTRY/NAMESPACE`: each locked repo as a ModelPack
+    artifact (wlock.archive.oci)."""
+    from wlock.archive.oci import Target, push_lock
+    from wlock.cli.progress import make_progress
+
+    target = Target.parse(url)
+    if dry_run:
+        for repo in lock.repos:
+            click.echo(f"  push {repo.kind} {repo.id}@{repo.revision[:7]} -> "
+                       f"{target.reference(repo)} ({len(repo.files)} layers)")
+        return
+    total = sum(f.size for repo in lock.repos for f in repo.files)
+    progress = make_progress("Pushing", total, quiet=settings.json)
+    try:
+        result = push_lock(lock, settings.cache_dir, target, on_bytes=progress.advance)
+    finally:
+        progress.close()
+    if settings.json:
+        emit({"url": result.url, "uploaded_files": result.uploaded_files,
+              "uploaded_bytes": result.uploaded_bytes, "present_files": result.present_files,
+              "artifacts": result.artifacts, "missing": result.missing, "wrong": result.wrong})
+    else:
+        info(f"Pushed to {result.url}: uploaded {count(result.uploaded_files, 'blob')} "
+             f"({human_size(result.uploaded_bytes)}), {result.present_files} already there; "
+             f"{count(len(result.artifacts), 'artifact')} of {len(lock.repos)} complete.")
+    if result.missing or result.wrong:
+        shown = sorted(result.missing + result.wrong)
+        raise CheckFailedError(
+            f"{len(shown)} locked files could not be pushed from the cache at "
+            f"{settings.cache_dir}:\n" + "\n".join(f"  {m}" for m in shown[:20]),
+            hint="Run `wlock sync --verify` first, then push again.")

@@ -293,10 +293,12 @@ def _sources(settings: Settings, from_caches: tuple[Path, ...], archive_flag: st
         sources.append(other)
     url = None if no_archive else archive_url(settings, archive_flag)
     if url is not None:
+        from wlock.archive.oci import OciSource, Target, is_oci
         from wlock.archive.restore import ArchiveSource
         from wlock.archive.store import open_archive
 
-        sources.append(ArchiveSource(open_archive(url)))
+        sources.append(OciSource(Target.parse(url)) if is_oci(url)
+                       else ArchiveSource(open_archive(url)))
     return sources
 
 

@@ -1,0 +1,291 @@
+"""An OCI registry as an archive: each locked repo pushed as a CNCF ModelPack artifact, and a
+source `wlock sync` restores from, verified against the lock, without the Hub.
+
+    oci://REGISTRY/NAMESPACE   ->  REGISTRY/NAMESPACE/<org>/<name>:<commit>   (a model)
+                                   REGISTRY/NAMESPACE/datasets/<org>/<name>:<commit>
+
+One artifact per locked repo at its commit (ModelPack, model-spec v1): the manifest's
+`artifactType` is `application/vnd.cncf.model.manifest.v1+json`, its config
+`application/vnd.cncf.model.config.v1+json` (the repo, its commit, the layers' digests), one
+layer per locked file in ModelPack's media type for it, annotated with its path
+(`org.cncf.model.filepath`) and the lock's hash; the Hub's provenance in the annotations
+(`org.opencontainers.image.source`, `.revision`). Every LFS file's sha256 **is** its blob's
+digest, so a large file is pushed without hashing it again; a regular file, which the lock
+records by its git sha1, is hashed both ways on the way in, and refused when the sha1 is
+not the lock's.
+
+It is an archive like a folder or a bucket (`wlock archive --to oci://...`, `wlock sync
+--archive oci://...`), with the registry's own addressing: a registry cannot list its blobs,
+so what it holds is asked blob by blob (HEAD by digest, in that repository) and a pull asks
+the artifact's manifest once per repo. The protocol is oras-py's (the ORAS project's Python
+client: the registry token flow, basic auth, Docker's and Podman's credentials files,
+chunked uploads); wlock writes none of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wlock.cache.layout import RepoPaths
+from wlock.errors import ArchiveError, UsageError
+from wlock.hashing import new_digest
+from wlock.models import Lock, LockedFile, LockedRepo
+
+ARTIFACT_TYPE = "application/vnd.cncf.model.manifest.v1+json"
+CONFIG_TYPE = "application/vnd.cncf.model.config.v1+json"
+MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+WEIGHT = "application/vnd.cncf.model.weight.v1.raw"
+WEIGHT_CONFIG = "application/vnd.cncf.model.weight.config.v1.raw"
+DOC = "application/vnd.cncf.model.doc.v1.raw"
+CODE = "application/vnd.cncf.model.code.v1.raw"
+DATASET = "application/vnd.cncf.model.dataset.v1.raw"
+FILEPATH = "org.cncf.model.filepath"
+# A file smaller than this is uploaded in one request, read whole; a larger one in chunks
+# of this size (each a request), never whole in memory.
+CHUNK = 64 * 1024 * 1024
+
+_WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".onnx", ".onnx_data",
+            ".h5", ".msgpack", ".npz", ".npy", ".pkl", ".keras", ".tflite", ".ot", ".pt2")
+_DOCS = (".md", ".txt", ".rst", ".pdf")
+
+
+def is_oci(url: str) -> bool:
+    return url.startswith(("oci://", "oci+http://"))
+
+
+def media_type(repo: LockedRepo, path: str) -> str:
+    """ModelPack's media type for a locked file."""
+    name = path.rsplit("/", 1)[-1].lower()
+    if repo.kind == "dataset":
+        return DOC if name.endswith(_DOCS) else DATASET
+    if name.endswith(_WEIGHTS):
+        return WEIGHT
+    if name.endswith(".py"):
+        return CODE
+    if name.endswith(_DOCS) or name in ("license", "notice", ".gitattributes"):
+        return DOC
+    return WEIGHT_CONFIG
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where an `oci://REGISTRY/NAMESPACE` URL puts each locked repo."""
+
+    url: str
+    registry: str  # host[:port]
+    namespace: str
+    insecure: bool  # plain HTTP (loopback, labs: asked for, never guessed)
+
+    @classmethod
+    def parse(cls, url: str) -> Target:
+        """`oci://REGISTRY/NAMESPACE` (HTTPS), or `oci+http://...` for a registry that speaks
+        plain HTTP, asked for by name (a registry on loopback, a lab's)."""
+        insecure = url.startswith("oci+http://")
+        rest = url.removeprefix("oci+http://").removeprefix("oci://")
+        registry, _, namespace = rest.partition("/")
+        namespace = namespace.strip("/")
+        if not registry or not namespace or ":" in namespace or "@" in namespace:
+            raise UsageError(f"{url}: not an oci://REGISTRY/NAMESPACE URL",
+                             hint="For example oci://registry.example.com/ml/weights: each "
+                             "locked repo goes to NAMESPACE/<org>/<name>, tagged by its commit.")
+        return cls(url, registry, namespace, insecure)
+
+    def repository(self, repo: LockedRepo) -> str:
+        kind = "datasets/" if repo.kind == "dataset" else ""
+        return f"{self.namespace}/{kind}{repo.id}".lower()
+
+    def reference(self, repo: LockedRepo, tag: str | None = None) -> str:
+        return f"{self.registry}/{self.repository(repo)}:{tag or repo.revision}"
+
+
+def client(target: Target) -> Any:
+    """oras-py's registry client for `target`, with the user's credentials (Docker's
+    config.json, REGISTRY_AUTH_FILE, ...) loaded as oras finds them."""
+    try:
+        import oras.provider
+    except ImportError:
+        raise UsageError("oci:// needs oras-py, which is not installed",
+                         hint="pip install 'wlock[oci]' (or pip install oras)") from None
+    return oras.provider.Registry(hostname=target.registry, insecure=target.insecure)
+
+
+def _container(registry: Any, target: Target, repo: LockedRepo, tag: str | None = None) -> Any:
+    container = registry.get_container(target.reference(repo, tag))
+    registry.auth.load_configs(container)
+    return container
+
+
+def _checked(response: Any, what: str, target: Target) -> Any:
+    if response.status_code in (200, 201, 202):
+        return response
+    if response.status_code in (401, 403):
+        raise ArchiveError(f"{target.url}: {what}: the registry refused the credentials "
+                           f"(HTTP {response.status_code})",
+                           hint=f"Log in with `docker login {target.registry}` (or podman "
+                           "login; REGISTRY_AUTH_FILE names another file).")
+    raise ArchiveError(f"{target.url}: {what}: HTTP {response.status_code} "
+                       f"{response.text[:200]!r}")
+
+
+@dataclass
+class PushResult:
+    url: str
+    uploaded_files: int = 0
+    uploaded_bytes: int = 0
+    present_files: int = 0
+    artifacts: list[str] = field(default_factory=list)  # "registry/repo:commit" pushed
+    missing: list[str] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
+
+
+def _sha256_of(path: Path, file: LockedFile) -> str:
+    """The sha256 of a cache blob: the lock's own for an LFS file; else hashed, with the git
+    sha1 the lock records checked on the way (WrongBytes-like ValueError when it differs)."""
+    if file.hash_kind == "sha256":
+        return file.etag
+    sha1 = new_digest(file.hash_kind, file.size)
+    sha256 = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1024 * 1024):
+            sha1.update(chunk)
+            sha256.update(chunk)
+    if sha1.hexdigest() != file.etag:
+        raise ValueError(f"git sha1 {sha1.hexdigest()}")
+    return sha256.hexdigest()
+
+
+def push_lock(lock: Lock, cache_dir: Path, target: Target, *, tag: str | None = None,
+              on_bytes: Callable[[str, int], None] | None = None) -> PushResult:
+    """Push each locked repo as a ModelPack artifact tagged by its commit (and `tag`): every
+    blob the repository lacks (HEAD by digest) uploaded from the cache, then the config and
+    the manifest. A repo with a blob missing from the cache or with wrong bytes there is not
+    given a manifest (it is reported)."""
+    registry = client(target)
+    result = PushResult(url=target.url)
+    for repo in lock.repos:
+        container = _container(registry, target, repo)
+        layers = []
+        complete = True
+        for f in repo.files:
+            source = RepoPaths.of(cache_dir, repo).blob(f.etag)
+            where = f"{repo.id}/{f.path}"
+            try:
+                digest = "sha256:" + _sha256_of(source, f)
+            except FileNotFoundError:
+                result.missing.append(where)
+                complete = False
+                continue
+            except ValueError as e:
+                result.wrong.append(f"{where} (expected {f.hash_kind} {f.etag}; got {e})")
+                complete = False
+                continue
+            layer = {"mediaType": media_type(repo, f.path), "digest": digest, "size": f.size,
+                     "annotations": {FILEPATH: f.path, f"dev.wlock.{f.hash_kind}": f.etag}}
+            if registry.blob_exists(layer, container):
+                result.present_files += 1
+            else:
+                _checked(registry.upload_blob(str(source), container, layer,
+                                              do_chunked=f.size > CHUNK, chunk_size=CHUNK),
+                         f"uploading {where}", target)
+                result.uploaded_files += 1
+                result.uploaded_bytes += f.size
+                if on_bytes:
+                    on_bytes(where, f.size)
+            layers.append(layer)
+        if not complete:
+            continue
+        config = json.dumps(_config(repo, layers), indent=1, sort_keys=True).encode()
+        config_layer = {"mediaType": CONFIG_TYPE, "size": len(config),
+                        "digest": "sha256:" + hashlib.sha256(config).hexdigest()}
+        if not registry.blob_exists(config_layer, container):
+            _upload_bytes(registry, container, config_layer, config, target)
+        manifest = {
+            "schemaVersion": 2, "mediaType": MANIFEST_TYPE, "artifactType": ARTIFACT_TYPE,
+            "config": config_layer, "layers": layers,
+            "annotations": {
+                "org.opencontainers.image.source": f"https://huggingface.co/"
+                f"{'datasets/' if repo.kind == 'dataset' else ''}{repo.id}",
+                "org.opencontainers.image.revision": repo.revision,
+                "org.opencontainers.image.title": repo.id,
+                "dev.wlock.kind": repo.kind, "dev.wlock.id": repo.id,
+            },
+        }
+        for name in filter(None, (repo.revision, tag)):
+            _checked(registry.upload_manifest(manifest, _container(registry, target, repo,
+                                                                   name)),
+                     f"writing the manifest of {repo.id}@{repo.revision[:7]}", target)
+        result.artifacts.append(target.reference(repo))
+    return result
+
+
+def _config(repo: LockedRepo, layers: list[dict[str, Any]]) -> dict[str, Any]:
+    """ModelPack's config: the model's descriptor (with the Hub's repo and commit) and its
+    filesystem, the layers' digests in order."""
+    return {
+        "descriptor": {"name": repo.id, "revision": repo.revision,
+                       "sourceURL": f"https://huggingface.co/{repo.id}", "kind": repo.kind},
+        "config": {},
+        "modelfs": {"type": "layers", "diffIds": [layer["digest"] for layer in layers]},
+    }
+
+
+def _upload_bytes(registry: Any, container: Any, layer: dict[str, Any], data: bytes,
+                  target: Target) -> None:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(data)
+        f.flush()
+        _checked(registry.upload_blob(f.name, container, layer), "uploading a config",
+                 target)
+
+
+class OciSource:
+    """A registry as a source for `wlock sync`: per locked repo its artifact's manifest is
+    read once (tagged by the commit), then each file it holds is fetched by digest; the sync
+    verifies the bytes against the lock, as a Hub download. A repo the registry lacks costs
+    one request and no more."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._registry: Any = None
+        self._manifests: dict[str, dict[str, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def label(self) -> str:
+        return f"registry {self.target.url}"
+
+    def _layers(self, repo: LockedRepo) -> dict[str, dict[str, Any]]:
+        key = f"{repo.kind}/{repo.id}@{repo.revision}"
+        with self._lock:
+            if key not in self._manifests:
+                if self._registry is None:
+                    self._registry = client(self.target)
+                container = _container(self._registry, self.target, repo)
+                try:
+                    manifest = self._registry.get_manifest(container)
+                except Exception:  # noqa: BLE001 - not there (or unreadable): the Hub's turn
+                    manifest = {}
+                self._manifests[key] = {
+                    layer.get("annotations", {}).get(FILEPATH): layer
+                    for layer in manifest.get("layers", []) if isinstance(layer, dict)}
+            return self._manifests[key]
+
+    def fetch(self, repo: LockedRepo, file: LockedFile, temp: Path) -> bool | str:
+        layer = self._layers(repo).get(file.path)
+        if layer is None or layer.get("size") != file.size:
+            return False
+        container = _container(self._registry, self.target, repo)
+        with self._registry.get_blob(container, layer["digest"], stream=True) as response:
+            _checked(response, f"reading {repo.id}/{file.path}", self.target)
+            with temp.open("wb") as out:
+                for chunk in response.iter_content(chunk_size=1024 * 1024):
+                    out.write(chunk)
+        return True
