@@ -110,3 +110,94 @@ def test_a_blob_altered_in_the_registry_is_refused(hub: Hub, project: Path,  # n
     assert wlock(project, "check").code == 0
     blob = cache / f"models--{repo.id.replace('/', '--')}" / "blobs" / big.etag
     assert blob.stat().st_size == big.size
+
+
+def test_a_push_killed_mid_blob_completes_on_the_next_push(
+        project: Path, local_registry: Registry) -> None:  # noqa: F811
+    """The large file in chunks of 256 KiB (160 of them), the session kept in the cache
+    after each: the push is killed (SIGKILL) mid-blob, and the next push asks the registry
+    where the session stands. CNCF distribution refuses a session cut in the middle of a
+    request (its signed state no longer matches the bytes it holds: BLOB_UPLOAD_INVALID), so
+    that blob is sent again from its start, once; the blobs the registry holds are not, the
+    kept session is gone afterwards, and the artifact is whole (a fresh sync from it passes
+    check)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    url = local_registry.url("ml/weights")
+    chunk = {"WLOCK_OCI_CHUNK": str(256 * 1024)}
+    cache = project.parent / "cache"
+    push = subprocess.Popen([sys.executable, "-m", "wlock", "archive", "--to", url,
+                             "--cache-dir", str(cache)], cwd=project, env={**os.environ, **chunk},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while local_registry.requests("PATCH", "/blobs/uploads/") < 30:
+        assert push.poll() is None, "the push ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    push.send_signal(signal.SIGKILL)
+    push.wait()
+    before = local_registry.requests("PATCH", "/blobs/uploads/")
+    assert list((cache / ".wlock-oci-uploads").glob("*.json"))  # the session, kept
+    done = wlock(project, "archive", "--to", url, "--json", env=chunk)
+    assert done.code == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["present_files"] > 0  # what the killed push completed is not sent again
+    sent_again = local_registry.requests("PATCH", "/blobs/uploads/") - before
+    assert sent_again <= BIG // (256 * 1024), sent_again  # at most the blob once more
+    assert not list((cache / ".wlock-oci-uploads").glob("*.json"))
+    shutil.rmtree(cache)
+    restored = wlock(project, "sync", "--offline", "--archive", url, "--endpoint",
+                     dead_endpoint())
+    assert restored.code == 0, restored.stderr
+    assert wlock(project, "check").code == 0
+
+
+def test_a_session_left_between_chunks_is_continued(project: Path,  # noqa: F811
+                                                    local_registry: Registry) -> None:
+    """A push stopped between two chunks leaves a session the registry can go on with: the
+    next push asks it how far it got (GET: `Range: 0-N`) and sends only the chunks after N.
+    The first 60 chunks are sent here as wlock sends them, its session file written as it
+    writes it."""
+    import oras.provider
+
+    from wlock.archive.oci import Target, _container, _session_file
+
+    piece = 256 * 1024
+    url = local_registry.url("ml/weights")
+    target = Target.parse(url)
+    repo = model(project)
+    big = next(f for f in repo.files if f.path == "model.safetensors")
+    digest = f"sha256:{big.etag}"
+    cache = project.parent / "cache"
+    source = cache / f"models--{repo.id.replace('/', '--')}" / "blobs" / big.etag
+    registry = oras.provider.Registry(hostname=target.registry, insecure=True)
+    container = _container(registry, target, repo)
+    opened = registry.do_request(f"http://{container.upload_blob_url()}", "POST",
+                                 headers={"Content-Length": "0"})
+    session = registry._get_location(opened, container)
+    with source.open("rb") as f:
+        for n in range(60):
+            data = f.read(piece)
+            sent = registry.do_request(session, "PATCH", data=data, headers={
+                "Content-Range": f"{n * piece}-{n * piece + len(data) - 1}",
+                "Content-Type": "application/octet-stream"})
+            assert sent.status_code == 202, sent.text
+            session = registry._get_location(sent, container)
+    state = _session_file(cache, target, repo, digest)
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text(json.dumps({"session": session, "offset": 60 * piece}))
+    before = local_registry.requests("PATCH", "/blobs/uploads/")
+    done = wlock(project, "archive", "--to", url, "--json",
+                 env={"WLOCK_OCI_CHUNK": str(piece)})
+    assert done.code == 0, done.stderr
+    assert local_registry.requests("PATCH", "/blobs/uploads/") - before == BIG // piece - 60
+    assert not state.exists()
+    shutil.rmtree(cache)
+    restored = wlock(project, "sync", "--offline", "--archive", url, "--endpoint",
+                     dead_endpoint())
+    assert restored.code == 0, restored.stderr
+    assert wlock(project, "check").code == 0

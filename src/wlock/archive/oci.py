@@ -47,8 +47,11 @@ CODE = "application/vnd.cncf.model.code.v1.raw"
 DATASET = "application/vnd.cncf.model.dataset.v1.raw"
 FILEPATH = "org.cncf.model.filepath"
 # A file smaller than this is uploaded in one request, read whole; a larger one in chunks
-# of this size (each a request), never whole in memory.
+# of this size (each a request), never whole in memory, resumable ($WLOCK_OCI_CHUNK).
 CHUNK = 64 * 1024 * 1024
+# Where a chunked upload keeps its session (the registry's upload URL and how far it got),
+# so a push killed mid-blob goes on from there: in the cache it reads from.
+UPLOADS = ".wlock-oci-uploads"
 
 _WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".onnx", ".onnx_data",
             ".h5", ".msgpack", ".npz", ".npy", ".pkl", ".keras", ".tflite", ".ot", ".pt2")
@@ -166,8 +169,11 @@ def push_lock(lock: Lock, cache_dir: Path, target: Target, *, tag: str | None = 
     blob the repository lacks (HEAD by digest) uploaded from the cache, then the config and
     the manifest. A repo with a blob missing from the cache or with wrong bytes there is not
     given a manifest (it is reported)."""
+    import os
+
     registry = client(target)
     result = PushResult(url=target.url)
+    chunk = int(os.environ.get("WLOCK_OCI_CHUNK") or CHUNK)
     for repo in lock.repos:
         container = _container(registry, target, repo)
         layers = []
@@ -190,9 +196,13 @@ def push_lock(lock: Lock, cache_dir: Path, target: Target, *, tag: str | None = 
             if registry.blob_exists(layer, container):
                 result.present_files += 1
             else:
-                _checked(registry.upload_blob(str(source), container, layer,
-                                              do_chunked=f.size > CHUNK, chunk_size=CHUNK),
-                         f"uploading {where}", target)
+                if f.size > chunk:
+                    _resumable_upload(registry, container, layer, source, chunk,
+                                      _session_file(cache_dir, target, repo, digest), target,
+                                      where)
+                else:
+                    _checked(registry.upload_blob(str(source), container, layer),
+                             f"uploading {where}", target)
                 result.uploaded_files += 1
                 result.uploaded_bytes += f.size
                 if on_bytes:
@@ -222,6 +232,57 @@ def push_lock(lock: Lock, cache_dir: Path, target: Target, *, tag: str | None = 
                      f"writing the manifest of {repo.id}@{repo.revision[:7]}", target)
         result.artifacts.append(target.reference(repo))
     return result
+
+
+def _session_file(cache_dir: Path, target: Target, repo: LockedRepo, digest: str) -> Path:
+    name = hashlib.sha256(f"{target.registry}/{target.repository(repo)}@{digest}".encode())
+    return cache_dir / UPLOADS / f"{name.hexdigest()[:32]}.json"
+
+
+def _resumable_upload(registry: Any, container: Any, layer: dict[str, Any], source: Path,
+                      chunk: int, state: Path, target: Target, where: str) -> None:
+    """A blob uploaded in chunks (the distribution spec's POST, PATCH..., PUT), its session
+    saved after each chunk; a session left by a push that was killed is asked how far it got
+    (GET: its `Range`) and continued from there, or begun again when the registry dropped it.
+    oras-py uploads in chunks but cannot resume: the requests go through its client (auth,
+    retries), the steps are the spec's."""
+    from oras.utils import append_url_params
+
+    session, start = None, 0
+    try:
+        saved = json.loads(state.read_text())
+        session = str(saved["session"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if session is not None:
+        asked = registry.do_request(session, "GET", headers=dict(registry.headers))
+        reached = asked.headers.get("Range", "") if asked.status_code == 204 else ""
+        if reached.startswith("0-"):
+            start = int(reached.removeprefix("0-")) + 1
+            session = registry._get_location(asked, container) or session
+        else:
+            session, start = None, 0
+    if session is None:
+        opened = _checked(registry.do_request(
+            f"{registry.prefix}://{container.upload_blob_url()}", "POST",
+            headers={"Content-Length": "0", **registry.headers}), f"uploading {where}", target)
+        session = registry._get_location(opened, container)
+    state.parent.mkdir(parents=True, exist_ok=True)
+    with source.open("rb") as f:
+        f.seek(start)
+        while piece := f.read(chunk):
+            end = start + len(piece) - 1
+            sent = _checked(registry.do_request(session, "PATCH", data=piece, headers={
+                "Content-Range": f"{start}-{end}", "Content-Length": str(len(piece)),
+                "Content-Type": "application/octet-stream", **registry.headers}),
+                f"uploading {where}", target)
+            session = registry._get_location(sent, container) or session
+            start = end + 1
+            state.write_text(json.dumps({"session": session, "offset": start}))
+    _checked(registry.do_request(append_url_params(session, {"digest": layer["digest"]}),
+                                 "PUT", headers={"Content-Length": "0", **registry.headers}),
+             f"uploading {where}", target)
+    state.unlink(missing_ok=True)
 
 
 def _config(repo: LockedRepo, layers: list[dict[str, Any]]) -> dict[str, Any]:
