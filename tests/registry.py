@@ -56,7 +56,9 @@ def _free_port() -> int:
 
 
 @contextmanager
-def registry(folder: Path) -> Iterator[Registry]:
+def registry(folder: Path, user: tuple[str, str] | None = None) -> Iterator[Registry]:
+    """The registry, anonymous, or with basic auth for `user` (name, password: an htpasswd
+    file of bcrypt hashes, as distribution reads it)."""
     if shutil.which(BINARY) is None or shutil.which("skopeo") is None:
         pytest.fail("docker-registry and skopeo are needed (Debian: apt-get install "
                     "docker-registry skopeo; .ci/run installs them)")
@@ -67,6 +69,14 @@ def registry(folder: Path) -> Iterator[Registry]:
         "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\n"
         f"storage:\n  filesystem:\n    rootdirectory: {folder / 'data'}\n"
         f"  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n")
+    if user is not None:
+        import bcrypt
+
+        (folder / "htpasswd").write_text(
+            f"{user[0]}:{bcrypt.hashpw(user[1].encode(), bcrypt.gensalt()).decode()}\n")
+        with config.open("a") as f:
+            f.write(f"auth:\n  htpasswd:\n    realm: wlock-tests\n"
+                    f"    path: {folder / 'htpasswd'}\n")
     log = folder / "registry.log"
     with log.open("wb") as out:
         process = subprocess.Popen([BINARY, "serve", str(config)], stdout=out, stderr=out)

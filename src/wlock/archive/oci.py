@@ -27,7 +27,8 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,19 +109,76 @@ class Target:
 
 
 def client(target: Target) -> Any:
-    """oras-py's registry client for `target`, with the user's credentials (Docker's
-    config.json, REGISTRY_AUTH_FILE, ...) loaded as oras finds them."""
+    """oras-py's registry client for `target`: its basic-auth backend for a registry that
+    asks for Basic credentials (distribution's htpasswd), else its token flow (Docker Hub,
+    Harbor, GHCR, Zot); the user's credentials loaded as `_container` asks."""
     try:
         import oras.provider
+        import requests
     except ImportError:
         raise UsageError("oci:// needs oras-py, which is not installed",
                          hint="pip install 'wlock[oci]' (or pip install oras)") from None
-    return oras.provider.Registry(hostname=target.registry, insecure=target.insecure)
+
+    class Registry(oras.provider.Registry):  # type: ignore[misc]
+        # oras retries every failed request five times, sleeping up to 83 s between
+        # tries, a wrong password included: wlock says what failed at once.
+        do_request = oras.provider.Registry.do_request.__wrapped__
+
+    scheme = "http" if target.insecure else "https"
+    try:
+        asked = requests.get(f"{scheme}://{target.registry}/v2/", timeout=30)
+    except requests.RequestException as e:
+        raise ArchiveError(f"{target.url}: the registry cannot be reached ({type(e).__name__})",
+                           hint="Check the address; a registry on plain HTTP is named "
+                           "oci+http://.") from None
+    challenge = asked.headers.get("Www-Authenticate", "").lower()
+    backend = "basic" if asked.status_code == 401 and challenge.startswith("basic") else "token"
+    registry = Registry(hostname=target.registry, insecure=target.insecure, auth_backend=backend)
+    registry.wlock_target = target
+    registry.wlock_basic = backend == "basic"
+    return registry
+
+
+@contextmanager
+def reaching(target: Target) -> Iterator[None]:
+    """A request that cannot reach the registry, said as the archive's error (exit 5)."""
+    import requests
+
+    try:
+        yield
+    except requests.RequestException as e:
+        raise ArchiveError(f"{target.url}: the registry stopped answering "
+                           f"({type(e).__name__})") from None
+
+
+def auth_files() -> list[str]:
+    """The credentials files `docker login` and `podman login` write, as each tool finds
+    them: $DOCKER_CONFIG/config.json (else ~/.docker/config.json, which oras-py reads
+    itself), $REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json,
+    ~/.config/containers/auth.json."""
+    import os
+
+    found = []
+    if os.environ.get("DOCKER_CONFIG"):
+        found.append(os.path.join(os.environ["DOCKER_CONFIG"], "config.json"))
+    if os.environ.get("REGISTRY_AUTH_FILE"):
+        found.append(os.environ["REGISTRY_AUTH_FILE"])
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        found.append(os.path.join(os.environ["XDG_RUNTIME_DIR"], "containers", "auth.json"))
+    found.append(os.path.expanduser("~/.config/containers/auth.json"))
+    return [path for path in found if os.path.isfile(path)]
 
 
 def _container(registry: Any, target: Target, repo: LockedRepo, tag: str | None = None) -> Any:
     container = registry.get_container(target.reference(repo, tag))
-    registry.auth.load_configs(container)
+    registry.auth.load_configs(container, configs=auth_files())
+    if getattr(registry, "wlock_basic", False) and not getattr(registry.auth, "_basic_auth",
+                                                               None):
+        searched = ", ".join(auth_files() or ["~/.docker/config.json"])
+        raise ArchiveError(f"{target.url}: the registry asks for a user and password, and "
+                           f"none for {target.registry} is in {searched}",
+                           hint=f"Log in with `docker login {target.registry}` (or podman "
+                           "login; REGISTRY_AUTH_FILE names another file).")
     return container
 
 
@@ -174,64 +232,83 @@ def push_lock(lock: Lock, cache_dir: Path, target: Target, *, tag: str | None = 
     registry = client(target)
     result = PushResult(url=target.url)
     chunk = int(os.environ.get("WLOCK_OCI_CHUNK") or CHUNK)
-    for repo in lock.repos:
-        container = _container(registry, target, repo)
-        layers = []
-        complete = True
-        for f in repo.files:
-            source = RepoPaths.of(cache_dir, repo).blob(f.etag)
-            where = f"{repo.id}/{f.path}"
-            try:
-                digest = "sha256:" + _sha256_of(source, f)
-            except FileNotFoundError:
-                result.missing.append(where)
-                complete = False
-                continue
-            except ValueError as e:
-                result.wrong.append(f"{where} (expected {f.hash_kind} {f.etag}; got {e})")
-                complete = False
-                continue
-            layer = {"mediaType": media_type(repo, f.path), "digest": digest, "size": f.size,
-                     "annotations": {FILEPATH: f.path, f"dev.wlock.{f.hash_kind}": f.etag}}
-            if registry.blob_exists(layer, container):
-                result.present_files += 1
-            else:
-                if f.size > chunk:
-                    _resumable_upload(registry, container, layer, source, chunk,
-                                      _session_file(cache_dir, target, repo, digest), target,
-                                      where)
-                else:
-                    _checked(registry.upload_blob(str(source), container, layer),
-                             f"uploading {where}", target)
-                result.uploaded_files += 1
-                result.uploaded_bytes += f.size
-                if on_bytes:
-                    on_bytes(where, f.size)
-            layers.append(layer)
-        if not complete:
-            continue
-        config = json.dumps(_config(repo, layers), indent=1, sort_keys=True).encode()
-        config_layer = {"mediaType": CONFIG_TYPE, "size": len(config),
-                        "digest": "sha256:" + hashlib.sha256(config).hexdigest()}
-        if not registry.blob_exists(config_layer, container):
-            _upload_bytes(registry, container, config_layer, config, target)
-        manifest = {
-            "schemaVersion": 2, "mediaType": MANIFEST_TYPE, "artifactType": ARTIFACT_TYPE,
-            "config": config_layer, "layers": layers,
-            "annotations": {
-                "org.opencontainers.image.source": f"https://huggingface.co/"
-                f"{'datasets/' if repo.kind == 'dataset' else ''}{repo.id}",
-                "org.opencontainers.image.revision": repo.revision,
-                "org.opencontainers.image.title": repo.id,
-                "dev.wlock.kind": repo.kind, "dev.wlock.id": repo.id,
-            },
-        }
-        for name in filter(None, (repo.revision, tag)):
-            _checked(registry.upload_manifest(manifest, _container(registry, target, repo,
-                                                                   name)),
-                     f"writing the manifest of {repo.id}@{repo.revision[:7]}", target)
-        result.artifacts.append(target.reference(repo))
+    with reaching(target):
+        for repo in lock.repos:
+            _push_repo(registry, repo, cache_dir, target, tag, chunk, result, on_bytes)
     return result
+
+
+def _push_repo(registry: Any, repo: LockedRepo, cache_dir: Path, target: Target,
+               tag: str | None, chunk: int, result: PushResult,
+               on_bytes: Callable[[str, int], None] | None) -> None:
+    """One locked repo's blobs, config and manifest (none when a blob could not be
+    pushed)."""
+    container = _container(registry, target, repo)
+    layers = []
+    complete = True
+    for f in repo.files:
+        source = RepoPaths.of(cache_dir, repo).blob(f.etag)
+        where = f"{repo.id}/{f.path}"
+        try:
+            digest = "sha256:" + _sha256_of(source, f)
+        except FileNotFoundError:
+            result.missing.append(where)
+            complete = False
+            continue
+        except ValueError as e:
+            result.wrong.append(f"{where} (expected {f.hash_kind} {f.etag}; got {e})")
+            complete = False
+            continue
+        layer = {"mediaType": media_type(repo, f.path), "digest": digest, "size": f.size,
+                 "annotations": {FILEPATH: f.path, f"dev.wlock.{f.hash_kind}": f.etag}}
+        if _has_blob(registry, container, digest, target):
+            result.present_files += 1
+        else:
+            if f.size > chunk:
+                _resumable_upload(registry, container, layer, source, chunk,
+                                  _session_file(cache_dir, target, repo, digest), target,
+                                  where)
+            else:
+                _checked(registry.upload_blob(str(source), container, layer),
+                         f"uploading {where}", target)
+            result.uploaded_files += 1
+            result.uploaded_bytes += f.size
+            if on_bytes:
+                on_bytes(where, f.size)
+        layers.append(layer)
+    if not complete:
+        return
+    config = json.dumps(_config(repo, layers), indent=1, sort_keys=True).encode()
+    config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+    config_layer = {"mediaType": CONFIG_TYPE, "size": len(config), "digest": config_digest}
+    if not _has_blob(registry, container, config_digest, target):
+        _upload_bytes(registry, container, config_layer, config, target)
+    manifest = {
+        "schemaVersion": 2, "mediaType": MANIFEST_TYPE, "artifactType": ARTIFACT_TYPE,
+        "config": config_layer, "layers": layers,
+        "annotations": {
+            "org.opencontainers.image.source": f"https://huggingface.co/"
+            f"{'datasets/' if repo.kind == 'dataset' else ''}{repo.id}",
+            "org.opencontainers.image.revision": repo.revision,
+            "org.opencontainers.image.title": repo.id,
+            "dev.wlock.kind": repo.kind, "dev.wlock.id": repo.id,
+        },
+    }
+    for name in filter(None, (repo.revision, tag)):
+        _checked(registry.upload_manifest(manifest, _container(registry, target, repo,
+                                                               name)),
+                 f"writing the manifest of {repo.id}@{repo.revision[:7]}", target)
+    result.artifacts.append(target.reference(repo))
+
+
+def _has_blob(registry: Any, container: Any, digest: str, target: Target) -> bool:
+    """HEAD by digest in the repository: there (200), or not (404); anything else, a
+    refusal said as such (oras' blob_exists takes a 401 for "not there")."""
+    asked = registry.get_blob(container, digest, head=True)
+    if asked.status_code == 404:
+        return False
+    _checked(asked, f"asking for blob {digest[:19]}", target)
+    return True
 
 
 def _session_file(cache_dir: Path, target: Target, repo: LockedRepo, digest: str) -> Path:
@@ -340,13 +417,14 @@ class OciSource:
             return self._manifests[key]
 
     def fetch(self, repo: LockedRepo, file: LockedFile, temp: Path) -> bool | str:
-        layer = self._layers(repo).get(file.path)
-        if layer is None or layer.get("size") != file.size:
-            return False
-        container = _container(self._registry, self.target, repo)
-        with self._registry.get_blob(container, layer["digest"], stream=True) as response:
-            _checked(response, f"reading {repo.id}/{file.path}", self.target)
-            with temp.open("wb") as out:
-                for chunk in response.iter_content(chunk_size=1024 * 1024):
-                    out.write(chunk)
+        with reaching(self.target):
+            layer = self._layers(repo).get(file.path)
+            if layer is None or layer.get("size") != file.size:
+                return False
+            container = _container(self._registry, self.target, repo)
+            with self._registry.get_blob(container, layer["digest"], stream=True) as response:
+                _checked(response, f"reading {repo.id}/{file.path}", self.target)
+                with temp.open("wb") as out:
+                    for chunk in response.iter_content(chunk_size=1024 * 1024):
+                        out.write(chunk)
         return True
