@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.option("--to", "to", metavar="URL",
-              help="A folder (a NAS mount) or s3://bucket/prefix (default: $WLOCK_ARCHIVE, "
-              "else [tool.wlock.archive] url in weights.toml).")
+              help="A folder (a NAS mount), s3://bucket/prefix or oci://REGISTRY/NAMESPACE "
+              "(default: $WLOCK_ARCHIVE, else [tool.wlock.archive] url in weights.toml).")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=8, show_default=True,
               help="Blobs uploaded at once.")
 @click.option("--dry-run", is_flag=True, help="Print what would be uploaded; change nothing.")
@@ -34,14 +34,19 @@ def archive(to: str | None, jobs: int, dry_run: bool, settings: Settings) -> Non
     visible only once complete and verified. Afterwards `wlock sync` restores from it
     without the Hub (it is asked before the Hub whenever an archive is configured).
 
+    An OCI registry (oci://REGISTRY/NAMESPACE) gets each locked repo as a CNCF ModelPack
+    artifact, NAMESPACE/<org>/<name>:<commit>, with the Hub's provenance.
+
     \b
     Credentials and endpoint for s3:// come from the environment, never from weights.toml:
       AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, or AWS_PROFILE
       AWS_ENDPOINT_URL    for a store other than AWS (MinIO, SeaweedFS, Ceph, R2)
+    For oci://, from `docker login` / `podman login` (REGISTRY_AUTH_FILE, DOCKER_CONFIG).
     \b
     Examples:
       wlock archive --to /mnt/nas/weights
       wlock archive --to s3://ml-weights/archive
+      wlock archive --to oci://registry.example.com/ml
       wlock archive --dry-run
     """
     from wlock.archive.push import archive_lock, plan_archive

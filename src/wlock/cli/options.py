@@ -210,8 +210,9 @@ ARCHIVE_ENV = "WLOCK_ARCHIVE"
 
 archive_option = click.option(
     "--archive", "archive_flag", metavar="URL",
-    help="The archive: a folder or s3://bucket/prefix (default: $WLOCK_ARCHIVE, else "
-    "[tool.wlock.archive] url in weights.toml). Credentials come from the AWS environment.")
+    help="The archive: a folder, s3://bucket/prefix or oci://REGISTRY/NAMESPACE (default: "
+    "$WLOCK_ARCHIVE, else [tool.wlock.archive] url in weights.toml). Credentials come from "
+    "the AWS environment, or docker/podman login.")
 
 
 def archive_url(settings: Settings, flag: str | None) -> str | None:
