@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub
+from tests.conftest import Hub, run_wlock, write_project
 from tests.integration.test_archive import (
     BIG,
     assert_loads_offline,
@@ -238,3 +238,54 @@ def test_basic_auth_from_the_users_credentials_file(project: Path,  # noqa: F811
         for result in (refused, denied, pushed, restored):
             assert password not in result.stdout + result.stderr
             assert token not in result.stdout + result.stderr
+
+
+def test_a_model_pulled_from_the_registry_loads_with_from_pretrained_offline(
+        hub: Hub, tmp_path: Path, local_registry: Registry) -> None:
+    """The example Hub's real tiny language model, pushed, its cache wiped, synced from the
+    registry with the Hub stopped: transformers' from_pretrained loads it offline at the
+    locked commit. A second model holding the same weights gets them by a cross-repository
+    mount, not uploaded again; `--tag` names each artifact too."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("transformers")
+    folder = write_project(tmp_path / "project", '[[model]]\nid = "acme/tiny-lm"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=folder).code == 0
+    lm = read_lock(folder / "weights.lock").find("model", "acme/tiny-lm")
+    assert lm is not None
+    weights = next(f for f in lm.files if f.path.endswith(".safetensors"))
+    cache = tmp_path / "cache"
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=folder).code == 0
+    copy = hub.unique_id("lm-copy")
+    stored = cache / "models--acme--tiny-lm" / "blobs" / weights.etag
+    hub.builder.commit("model", copy, {"model.safetensors": stored.read_bytes(),
+                                       "README.md": b"# a copy\n"}, lfs=True)
+    with (folder / "weights.toml").open("a") as f:
+        f.write(f'\n[[model]]\nid = "{copy}"\nloader = "all"\n')
+    assert run_wlock("lock", "--endpoint", hub.endpoint, cwd=folder).code == 0
+    assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                     cwd=folder).code == 0
+    url = local_registry.url("ml")
+    pushed = run_wlock("archive", "--to", url, "--tag", "release-1", "--json",
+                       "--cache-dir", str(cache), cwd=folder)
+    assert pushed.code == 0, pushed.stderr
+    report = json.loads(pushed.stdout)
+    assert report["mounted_files"] == 1, report
+    assert local_registry.requests("POST", f"mount=sha256%3A{weights.etag}") + \
+        local_registry.requests("POST", f"mount=sha256:{weights.etag}") == 1
+    tagged = local_registry.inspect("ml/acme/tiny-lm:release-1")
+    assert tagged["annotations"]["org.opencontainers.image.revision"] == lm.revision  # type: ignore[index]
+    shutil.rmtree(cache)
+    synced = run_wlock("sync", "--offline", "--archive", url, "--endpoint", dead_endpoint(),
+                       "--cache-dir", str(cache), cwd=folder)
+    assert synced.code == 0, synced.stderr
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache)}
+    loaded = subprocess.run([sys.executable, "-c", (
+        "import sys\nfrom transformers import AutoModelForCausalLM\n"
+        "m = AutoModelForCausalLM.from_pretrained('acme/tiny-lm', revision=sys.argv[1])\n"
+        "print(type(m).__name__)\n"), lm.revision], env=env, capture_output=True, text=True,
+        timeout=300)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]

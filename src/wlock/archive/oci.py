@@ -200,6 +200,7 @@ class PushResult:
     uploaded_files: int = 0
     uploaded_bytes: int = 0
     present_files: int = 0
+    mounted_files: int = 0  # taken from another repository of the registry, not uploaded
     artifacts: list[str] = field(default_factory=list)  # "registry/repo:commit" pushed
     missing: list[str] = field(default_factory=list)
     wrong: list[str] = field(default_factory=list)
@@ -232,15 +233,16 @@ def push_lock(lock: Lock, cache_dir: Path, target: Target, *, tag: str | None = 
     registry = client(target)
     result = PushResult(url=target.url)
     chunk = int(os.environ.get("WLOCK_OCI_CHUNK") or CHUNK)
+    seen: dict[str, str] = {}  # digest -> a repository of this registry that has it
     with reaching(target):
         for repo in lock.repos:
-            _push_repo(registry, repo, cache_dir, target, tag, chunk, result, on_bytes)
+            _push_repo(registry, repo, cache_dir, target, tag, chunk, result, on_bytes, seen)
     return result
 
 
 def _push_repo(registry: Any, repo: LockedRepo, cache_dir: Path, target: Target,
                tag: str | None, chunk: int, result: PushResult,
-               on_bytes: Callable[[str, int], None] | None) -> None:
+               on_bytes: Callable[[str, int], None] | None, seen: dict[str, str]) -> None:
     """One locked repo's blobs, config and manifest (none when a blob could not be
     pushed)."""
     container = _container(registry, target, repo)
@@ -263,6 +265,8 @@ def _push_repo(registry: Any, repo: LockedRepo, cache_dir: Path, target: Target,
                  "annotations": {FILEPATH: f.path, f"dev.wlock.{f.hash_kind}": f.etag}}
         if _has_blob(registry, container, digest, target):
             result.present_files += 1
+        elif digest in seen and _mounted(registry, container, digest, seen[digest], target):
+            result.mounted_files += 1
         else:
             if f.size > chunk:
                 _resumable_upload(registry, container, layer, source, chunk,
@@ -276,6 +280,7 @@ def _push_repo(registry: Any, repo: LockedRepo, cache_dir: Path, target: Target,
             if on_bytes:
                 on_bytes(where, f.size)
         layers.append(layer)
+        seen.setdefault(digest, target.repository(repo))
     if not complete:
         return
     config = json.dumps(_config(repo, layers), indent=1, sort_keys=True).encode()
@@ -309,6 +314,24 @@ def _has_blob(registry: Any, container: Any, digest: str, target: Target) -> boo
         return False
     _checked(asked, f"asking for blob {digest[:19]}", target)
     return True
+
+
+def _mounted(registry: Any, container: Any, digest: str, source: str, target: Target) -> bool:
+    """A blob another repository of the registry holds, mounted into this one without its
+    bytes (the spec's cross-repository mount: `POST ...?mount=<digest>&from=<repository>`,
+    201 when done); a registry that declines opens an upload session instead (202),
+    which is left to expire, and the bytes are sent."""
+    from oras.utils import append_url_params
+
+    asked = registry.do_request(
+        append_url_params(f"{registry.prefix}://{container.upload_blob_url()}",
+                          {"mount": digest, "from": source}),
+        "POST", headers={"Content-Length": "0", **registry.headers})
+    if asked.status_code == 201:
+        return True
+    if asked.status_code in (401, 403):
+        _checked(asked, f"mounting blob {digest[:19]}", target)
+    return False
 
 
 def _session_file(cache_dir: Path, target: Target, repo: LockedRepo, digest: str) -> Path:

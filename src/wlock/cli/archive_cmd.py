@@ -20,12 +20,15 @@ if TYPE_CHECKING:
 @click.option("--to", "to", metavar="URL",
               help="A folder (a NAS mount), s3://bucket/prefix or oci://REGISTRY/NAMESPACE "
               "(default: $WLOCK_ARCHIVE, else [tool.wlock.archive] url in weights.toml).")
+@click.option("--tag", metavar="NAME", default=None,
+              help="With oci://: tag each pushed artifact NAME too (besides its commit).")
 @click.option("--jobs", "-j", type=click.IntRange(1, 64), default=8, show_default=True,
               help="Blobs uploaded at once.")
 @click.option("--dry-run", is_flag=True, help="Print what would be uploaded; change nothing.")
 @lock_option
 @common_options
-def archive(to: str | None, jobs: int, dry_run: bool, settings: Settings) -> None:
+def archive(to: str | None, tag: str | None, jobs: int, dry_run: bool,
+            settings: Settings) -> None:
     """Copy every locked blob from the cache into the archive, verified on the way in.
 
     The archive is content-addressed (each blob once, under the name the lock gives it) and
@@ -64,8 +67,11 @@ def archive(to: str | None, jobs: int, dry_run: bool, settings: Settings) -> Non
     from wlock.archive.oci import is_oci
 
     if is_oci(url):
-        _push_oci(lock, url, dry_run, settings)
+        _push_oci(lock, url, tag, dry_run, settings)
         return
+    if tag is not None:
+        raise UsageError(f"--tag {tag}: only an oci:// archive has tags",
+                         hint="Drop --tag, or push to oci://REGISTRY/NAMESPACE.")
     store = open_archive(url)
     plan = plan_archive(lock, store)
     todo, present = plan
@@ -133,13 +139,20 @@ def _document(url: str, todo: dict[str, tuple[LockedRepo, LockedFile]], present:
     }
 
 
-def _push_oci(lock: Any, url: str, dry_run: bool, settings: Settings) -> None:
+def _push_oci(lock: Any, url: str, tag: str | None, dry_run: bool, settings: Settings
+              ) -> None:
     """`wlock archive --to oci://REGISTRY/NAMESPACE`: each locked repo as a ModelPack
     artifact (wlock.archive.oci)."""
+    import re
+
     from wlock.archive.oci import Target, push_lock
     from wlock.cli.progress import make_progress
 
     target = Target.parse(url)
+    if tag is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", tag):
+        raise UsageError(f"--tag {tag}: not an OCI tag",
+                         hint="A tag is letters, digits, _ . and - (128 at most), not "
+                         "starting with . or -.")
     if dry_run:
         for repo in lock.repos:
             click.echo(f"  push {repo.kind} {repo.id}@{repo.revision[:7]} -> "
@@ -148,16 +161,18 @@ def _push_oci(lock: Any, url: str, dry_run: bool, settings: Settings) -> None:
     total = sum(f.size for repo in lock.repos for f in repo.files)
     progress = make_progress("Pushing", total, quiet=settings.json)
     try:
-        result = push_lock(lock, settings.cache_dir, target, on_bytes=progress.advance)
+        result = push_lock(lock, settings.cache_dir, target, tag=tag, on_bytes=progress.advance)
     finally:
         progress.close()
     if settings.json:
         emit({"url": result.url, "uploaded_files": result.uploaded_files,
               "uploaded_bytes": result.uploaded_bytes, "present_files": result.present_files,
+              "mounted_files": result.mounted_files,
               "artifacts": result.artifacts, "missing": result.missing, "wrong": result.wrong})
     else:
         info(f"Pushed to {result.url}: uploaded {count(result.uploaded_files, 'blob')} "
-             f"({human_size(result.uploaded_bytes)}), {result.present_files} already there; "
+             f"({human_size(result.uploaded_bytes)}), {result.present_files} already there, "
+             f"{result.mounted_files} mounted from another repository; "
              f"{count(len(result.artifacts), 'artifact')} of {len(lock.repos)} complete.")
     if result.missing or result.wrong:
         shown = sorted(result.missing + result.wrong)
