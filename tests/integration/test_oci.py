@@ -289,3 +289,45 @@ def test_a_model_pulled_from_the_registry_loads_with_from_pretrained_offline(
         "print(type(m).__name__)\n"), lm.revision], env=env, capture_output=True, text=True,
         timeout=300)
     assert loaded.returncode == 0, loaded.stderr[-2000:]
+
+
+def test_a_push_stopped_by_sigterm_goes_on_from_its_last_chunk(
+        project: Path, local_registry: Registry) -> None:  # noqa: F811
+    """SIGTERM (a pod evicted, Ctrl-C alike) mid-blob: the chunk in flight ends, the session
+    is kept, the command exits 143; the next push asks the registry how far it got and sends
+    only the rest (seen failing with the blob sent to its end after the signal, and with the
+    whole blob sent again when the signal cut a request)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    url = local_registry.url("ml/weights")
+    piece = 256 * 1024
+    chunk = {"WLOCK_OCI_CHUNK": str(piece)}
+    cache = project.parent / "cache"
+    push = subprocess.Popen([sys.executable, "-m", "wlock", "archive", "--to", url,
+                             "--cache-dir", str(cache)], cwd=project,
+                            env={**os.environ, **chunk}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while local_registry.requests("PATCH", "/blobs/uploads/") < 30:
+        assert push.poll() is None, "the push ended before it could be stopped"
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    push.send_signal(signal.SIGTERM)
+    assert push.wait(timeout=30) == 143
+    # Stopped after the chunk in flight, not after the blob: its session is kept.
+    assert list((cache / ".wlock-oci-uploads").glob("*.json"))
+    time.sleep(0.2)  # the registry logs a request once it has answered it
+    before = local_registry.requests("PATCH", "/blobs/uploads/")
+    done = wlock(project, "archive", "--to", url, "--json", env=chunk)
+    assert done.code == 0, done.stderr
+    sent_again = local_registry.requests("PATCH", "/blobs/uploads/") - before
+    assert sent_again <= BIG // piece - 25, sent_again  # the rest only
+    shutil.rmtree(cache)
+    restored = wlock(project, "sync", "--offline", "--archive", url, "--endpoint",
+                     dead_endpoint())
+    assert restored.code == 0, restored.stderr
+    assert wlock(project, "check").code == 0

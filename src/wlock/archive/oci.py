@@ -242,12 +242,16 @@ def push_lock(lock: Lock, cache_dir: Path, target: Target, *, tag: str | None = 
 
 def _push_repo(registry: Any, repo: LockedRepo, cache_dir: Path, target: Target,
                tag: str | None, chunk: int, result: PushResult,
-               on_bytes: Callable[[str, int], None] | None, seen: dict[str, str]) -> None:
-    """One locked repo's blobs, config and manifest (none when a blob could not be
-    pushed)."""
+               on_bytes: Callable[[str, int], None] | None, seen: dict[str, str],
+               jobs: int = 4) -> None:
+    """One locked repo's blobs (those the repository lacks uploaded `jobs` at once), config
+    and manifest (none when a blob could not be pushed)."""
+    from wlock.cancel import each
+
     container = _container(registry, target, repo)
     layers = []
     complete = True
+    todo: list[tuple[dict[str, Any], Path, LockedFile]] = []
     for f in repo.files:
         source = RepoPaths.of(cache_dir, repo).blob(f.etag)
         where = f"{repo.id}/{f.path}"
@@ -263,24 +267,38 @@ def _push_repo(registry: Any, repo: LockedRepo, cache_dir: Path, target: Target,
             continue
         layer = {"mediaType": media_type(repo, f.path), "digest": digest, "size": f.size,
                  "annotations": {FILEPATH: f.path, f"dev.wlock.{f.hash_kind}": f.etag}}
+        layers.append(layer)
         if _has_blob(registry, container, digest, target):
             result.present_files += 1
         elif digest in seen and _mounted(registry, container, digest, seen[digest], target):
             result.mounted_files += 1
         else:
+            todo.append((layer, source, f))
+        seen.setdefault(digest, target.repository(repo))
+
+    def upload(item: tuple[dict[str, Any], Path, LockedFile]) -> None:
+        layer, source, f = item
+        where = f"{repo.id}/{f.path}"
+        with reaching(target):
             if f.size > chunk:
                 _resumable_upload(registry, container, layer, source, chunk,
-                                  _session_file(cache_dir, target, repo, digest), target,
-                                  where)
+                                  _session_file(cache_dir, target, repo, layer["digest"]),
+                                  target, where)
             else:
                 _checked(registry.upload_blob(str(source), container, layer),
                          f"uploading {where}", target)
-            result.uploaded_files += 1
-            result.uploaded_bytes += f.size
-            if on_bytes:
-                on_bytes(where, f.size)
-        layers.append(layer)
-        seen.setdefault(digest, target.repository(repo))
+
+    # Daemon workers (cancel.each): on Ctrl-C or SIGTERM each ends the chunk it is sending
+    # (10 s at most; a second Ctrl-C ends the wait) and keeps its session, so the next push
+    # goes on from there.
+    todo.sort(key=lambda item: -item[2].size)
+    for (_, _, f), error in each(upload, todo, jobs, grace=10.0):
+        if error is not None:
+            raise error
+        result.uploaded_files += 1
+        result.uploaded_bytes += f.size
+        if on_bytes:
+            on_bytes(f"{repo.id}/{f.path}", f.size)
     if not complete:
         return
     config = json.dumps(_config(repo, layers), indent=1, sort_keys=True).encode()
@@ -368,9 +386,13 @@ def _resumable_upload(registry: Any, container: Any, layer: dict[str, Any], sour
             headers={"Content-Length": "0", **registry.headers}), f"uploading {where}", target)
         session = registry._get_location(opened, container)
     state.parent.mkdir(parents=True, exist_ok=True)
+    from wlock.cancel import Cancelled, stopped
+
     with source.open("rb") as f:
         f.seek(start)
         while piece := f.read(chunk):
+            if stopped():  # Ctrl-C or SIGTERM: the session, as it stands, is kept
+                raise Cancelled
             end = start + len(piece) - 1
             sent = _checked(registry.do_request(session, "PATCH", data=piece, headers={
                 "Content-Range": f"{start}-{end}", "Content-Length": str(len(piece)),
