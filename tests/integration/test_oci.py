@@ -112,6 +112,51 @@ def test_a_blob_altered_in_the_registry_is_refused(hub: Hub, project: Path,  # n
     assert blob.stat().st_size == big.size
 
 
+PIECE = 256 * 1024  # the chunk the resumption tests push in: 160 chunks for the big file
+
+
+def stopped_push(folder: Path, server: Registry, url: str, how: int) -> int:
+    """`wlock archive` in chunks of PIECE, sent signal `how` once the registry has taken 30
+    chunks; its exit status."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    push = subprocess.Popen([sys.executable, "-m", "wlock", "archive", "--to", url,
+                             "--cache-dir", str(folder.parent / "cache")], cwd=folder,
+                            env={**os.environ, "WLOCK_OCI_CHUNK": str(PIECE)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while server.requests("PATCH", "/blobs/uploads/") < 30:
+        assert push.poll() is None, "the push ended before it could be stopped"
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    push.send_signal(how)
+    return push.wait(timeout=30)
+
+
+def pushed_again_and_restored(folder: Path, server: Registry, url: str
+                              ) -> tuple[dict[str, object], int]:
+    """Push again (chunks of PIECE), then restore a fresh cache from the registry with the
+    Hub stopped and check it: (the push's report, the chunks it sent)."""
+    import time
+
+    time.sleep(0.2)  # the registry logs a request once it has answered it
+    before = server.requests("PATCH", "/blobs/uploads/")
+    done = wlock(folder, "archive", "--to", url, "--json",
+                 env={"WLOCK_OCI_CHUNK": str(PIECE)})
+    assert done.code == 0, done.stderr
+    sent = server.requests("PATCH", "/blobs/uploads/") - before
+    assert not list((folder.parent / "cache" / ".wlock-oci-uploads").glob("*.json"))
+    shutil.rmtree(folder.parent / "cache")
+    restored = wlock(folder, "sync", "--offline", "--archive", url, "--endpoint",
+                     dead_endpoint())
+    assert restored.code == 0, restored.stderr
+    assert wlock(folder, "check").code == 0
+    return json.loads(done.stdout), sent
+
+
 def test_a_push_killed_mid_blob_completes_on_the_next_push(
         project: Path, local_registry: Registry) -> None:  # noqa: F811
     """The large file in chunks of 256 KiB (160 of them), the session kept in the cache
@@ -121,40 +166,15 @@ def test_a_push_killed_mid_blob_completes_on_the_next_push(
     that blob is sent again from its start, once; the blobs the registry holds are not, the
     kept session is gone afterwards, and the artifact is whole (a fresh sync from it passes
     check)."""
-    import os
     import signal
-    import subprocess
-    import sys
-    import time
 
     url = local_registry.url("ml/weights")
-    chunk = {"WLOCK_OCI_CHUNK": str(256 * 1024)}
-    cache = project.parent / "cache"
-    push = subprocess.Popen([sys.executable, "-m", "wlock", "archive", "--to", url,
-                             "--cache-dir", str(cache)], cwd=project, env={**os.environ, **chunk},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while local_registry.requests("PATCH", "/blobs/uploads/") < 30:
-        assert push.poll() is None, "the push ended before it could be killed"
-        assert time.monotonic() < deadline
-        time.sleep(0.002)
-    push.send_signal(signal.SIGKILL)
-    push.wait()
-    before = local_registry.requests("PATCH", "/blobs/uploads/")
-    assert list((cache / ".wlock-oci-uploads").glob("*.json"))  # the session, kept
-    done = wlock(project, "archive", "--to", url, "--json", env=chunk)
-    assert done.code == 0, done.stderr
-    report = json.loads(done.stdout)
+    assert stopped_push(project, local_registry, url, signal.SIGKILL) == -signal.SIGKILL
+    assert list((project.parent / "cache" / ".wlock-oci-uploads").glob("*.json"))  # kept
+    report, sent_again = pushed_again_and_restored(project, local_registry, url)
     assert report["present_files"] > 0  # what the killed push completed is not sent again
-    sent_again = local_registry.requests("PATCH", "/blobs/uploads/") - before
     # At most the blob once more (and the request the kill cut, logged when it ended).
-    assert sent_again <= BIG // (256 * 1024) + 1, sent_again
-    assert not list((cache / ".wlock-oci-uploads").glob("*.json"))
-    shutil.rmtree(cache)
-    restored = wlock(project, "sync", "--offline", "--archive", url, "--endpoint",
-                     dead_endpoint())
-    assert restored.code == 0, restored.stderr
-    assert wlock(project, "check").code == 0
+    assert sent_again <= BIG // PIECE + 1, sent_again
 
 
 def test_a_session_left_between_chunks_is_continued(project: Path,  # noqa: F811
@@ -167,7 +187,7 @@ def test_a_session_left_between_chunks_is_continued(project: Path,  # noqa: F811
 
     from wlock.archive.oci import Target, _container, _session_file
 
-    piece = 256 * 1024
+    piece = PIECE
     url = local_registry.url("ml/weights")
     target = Target.parse(url)
     repo = model(project)
@@ -191,17 +211,8 @@ def test_a_session_left_between_chunks_is_continued(project: Path,  # noqa: F811
     state = _session_file(cache, target, repo, digest)
     state.parent.mkdir(parents=True, exist_ok=True)
     state.write_text(json.dumps({"session": session, "offset": 60 * piece}))
-    before = local_registry.requests("PATCH", "/blobs/uploads/")
-    done = wlock(project, "archive", "--to", url, "--json",
-                 env={"WLOCK_OCI_CHUNK": str(piece)})
-    assert done.code == 0, done.stderr
-    assert local_registry.requests("PATCH", "/blobs/uploads/") - before == BIG // piece - 60
-    assert not state.exists()
-    shutil.rmtree(cache)
-    restored = wlock(project, "sync", "--offline", "--archive", url, "--endpoint",
-                     dead_endpoint())
-    assert restored.code == 0, restored.stderr
-    assert wlock(project, "check").code == 0
+    _, sent = pushed_again_and_restored(project, local_registry, url)
+    assert sent == BIG // piece - 60
 
 
 def test_basic_auth_from_the_users_credentials_file(project: Path,  # noqa: F811
@@ -297,37 +308,11 @@ def test_a_push_stopped_by_sigterm_goes_on_from_its_last_chunk(
     is kept, the command exits 143; the next push asks the registry how far it got and sends
     only the rest (seen failing with the blob sent to its end after the signal, and with the
     whole blob sent again when the signal cut a request)."""
-    import os
     import signal
-    import subprocess
-    import sys
-    import time
 
     url = local_registry.url("ml/weights")
-    piece = 256 * 1024
-    chunk = {"WLOCK_OCI_CHUNK": str(piece)}
-    cache = project.parent / "cache"
-    push = subprocess.Popen([sys.executable, "-m", "wlock", "archive", "--to", url,
-                             "--cache-dir", str(cache)], cwd=project,
-                            env={**os.environ, **chunk}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while local_registry.requests("PATCH", "/blobs/uploads/") < 30:
-        assert push.poll() is None, "the push ended before it could be stopped"
-        assert time.monotonic() < deadline
-        time.sleep(0.002)
-    push.send_signal(signal.SIGTERM)
-    assert push.wait(timeout=30) == 143
+    assert stopped_push(project, local_registry, url, signal.SIGTERM) == 143
     # Stopped after the chunk in flight, not after the blob: its session is kept.
-    assert list((cache / ".wlock-oci-uploads").glob("*.json"))
-    time.sleep(0.2)  # the registry logs a request once it has answered it
-    before = local_registry.requests("PATCH", "/blobs/uploads/")
-    done = wlock(project, "archive", "--to", url, "--json", env=chunk)
-    assert done.code == 0, done.stderr
-    sent_again = local_registry.requests("PATCH", "/blobs/uploads/") - before
-    assert sent_again <= BIG // piece - 25, sent_again  # the rest only
-    shutil.rmtree(cache)
-    restored = wlock(project, "sync", "--offline", "--archive", url, "--endpoint",
-                     dead_endpoint())
-    assert restored.code == 0, restored.stderr
-    assert wlock(project, "check").code == 0
+    assert list((project.parent / "cache" / ".wlock-oci-uploads").glob("*.json"))
+    _, sent_again = pushed_again_and_restored(project, local_registry, url)
+    assert sent_again <= BIG // PIECE - 25, sent_again  # the rest only
