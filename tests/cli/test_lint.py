@@ -600,3 +600,26 @@ def sys_python() -> str:
     import sys
 
     return sys.executable
+
+
+def test_json_and_format_json_print_one_document(tmp_path: Path) -> None:
+    """Issue 61: `lint --json` printed wlock's contract (schema, ok, command, exit_code) and
+    `lint --format json` the report alone; both now print the same document, an error's
+    included."""
+    (tmp_path / "weights.toml").write_text("")
+    (tmp_path / "t.py").write_text('from transformers import AutoModel\n'
+                                   'AutoModel.from_pretrained("a/b")\n')
+    documents = []
+    for flags in (("--json",), ("--format", "json"), ("--format=json",)):
+        done = run_wlock("lint", *flags, cwd=tmp_path)
+        assert done.code == 1, done.stderr
+        document = json.loads(done.stdout)
+        document.pop("seconds", None)
+        documents.append(document)
+    assert documents[0] == documents[1] == documents[2]
+    assert documents[0]["command"] == "lint" and documents[0]["exit_code"] == 1
+    (tmp_path / "weights.toml").write_text("[tool.wlock.lint]\nbogus = 1\n")
+    for flags in (("--json",), ("--format", "json")):
+        failed = run_wlock("lint", *flags, cwd=tmp_path)
+        assert failed.code == 4
+        assert json.loads(failed.stdout)["error"]["kind"] == "invalid file"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import gc
 import importlib
+import itertools
 import os
 import re
 import sys
@@ -182,7 +183,10 @@ def main(argv: list[str] | None = None) -> None:
 
     install()
     args = _hoisted(sys.argv[1:] if argv is None else argv)
-    as_json = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
+    own = args[: args.index("--")] if "--" in args else args
+    # `--format json` asks for the same one document as `--json`, errors included.
+    as_json = "--json" in own or "--format=json" in own or any(
+        pair == ("--format", "json") for pair in itertools.pairwise(own))
     try:
         cli.main(args=args, prog_name="wlock", standalone_mode=False)
     except click.exceptions.Abort as e:

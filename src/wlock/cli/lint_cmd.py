@@ -15,7 +15,7 @@ from wlock.units import count
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "github", "sarif"]),
               default="text", show_default=True, help="How to report findings.")
 @click.option("--json", "as_json", is_flag=True,
-              help="One JSON document on stdout (wlock's contract; --format json's fields).")
+              help="One JSON document on stdout (wlock's contract), as --format json.")
 @click.option("--fix", is_flag=True,
               help="Write the locked commit where it is missing or wrong (never invents one).")
 @click.option("--fail-on-dynamic", is_flag=True,
@@ -66,6 +66,8 @@ def lint(paths: tuple[Path, ...], fmt: str, as_json: bool, fix: bool, fail_on_dy
     from wlock.lint.report import render
     from wlock.lock.lockfile import LOCK_NAME, read_lock
 
+    # One JSON document whichever flag asks for it: --format json is --json.
+    as_json = as_json or fmt == "json"
     folder = project.resolve() if project else default_project()
     lock = read_lock(folder / LOCK_NAME) if folder and (folder / LOCK_NAME).exists() else None
     settings, _ = load_settings(folder or _pyproject_folder())
