@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from types import FrameType
 from typing import TypeVar
 
@@ -88,6 +89,16 @@ def each(work: Callable[[T], object], items: Iterable[T], jobs: int, grace: floa
         deadline = time.monotonic() + grace
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def result_of(future: Future[T]) -> T:
+    """`future.result()`, waited for in half seconds: Linux may deliver Ctrl-C or SIGTERM to
+    any thread, and a main thread blocked with no timeout never runs the handler."""
+    while True:
+        try:
+            return future.result(timeout=0.5)
+        except TimeoutError:
+            continue
 
 
 def call(work: Callable[[], T]) -> T:

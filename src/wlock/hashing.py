@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from wlock.cancel import result_of
+
 CHUNK = 16 * 1024 * 1024
 GROWING_WINDOW = 4 * 1024 * 1024  # GrowingHash maps this much of a file at a time
 MMAP_FROM = 1024 * 1024
@@ -284,9 +286,9 @@ class HashPool:
 
         def wait() -> list[str | OSError]:
             for future in futures:
-                future.result()
+                result_of(future)
             for piece, hashed in pieces:
-                for index, digest in zip(piece, hashed.result(), strict=True):
+                for index, digest in zip(piece, result_of(hashed), strict=True):
                     results[index] = digest
                 if on_hashed:
                     on_hashed(sum(items[i][2] for i in piece))

@@ -1069,7 +1069,15 @@ def test_ctrl_c_stops_a_sync_waiting_for_another_writers_download(
                     "the sync never opened a shard's lock"
                 time.sleep(0.05)
         waiter = syncs[1]
-        os.killpg(waiter.pid, signal.SIGINT)
+        # Ctrl-C as Linux may deliver it: to a thread other than the main one (a worker
+        # waiting on the blob lock). The main thread, blocked with no timeout, never ran the
+        # handler (seen in CI twice; reproduced so every time).
+        import ctypes
+
+        threads = [int(t.name) for t in Path(f"/proc/{waiter.pid}/task").iterdir()
+                   if int(t.name) != waiter.pid]
+        assert ctypes.CDLL(None, use_errno=True).tgkill(waiter.pid, threads[0],
+                                                        signal.SIGINT) == 0
         # Not a wall-clock bound a loaded machine can break (30 s was, issue 59): the waiter
         # ends while the holder still waits on its 120 s stall, so it did not wait for it.
         try:

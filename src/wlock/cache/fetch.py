@@ -345,8 +345,14 @@ def download_all(
             }
             # Woken once all are done, or at the first failure (then file by file), not at
             # every file: a wakeup per file was a handoff of the GIL per file, 6% of a sync
-            # of 1,000 small files.
-            wait(futures, return_when=FIRST_EXCEPTION)
+            # of 1,000 small files. And every half second: Linux may deliver Ctrl-C to any
+            # thread, and a main thread blocked with no timeout never runs the handler (a
+            # sync waiting on another writer's blob locks ignored Ctrl-C, seen in CI).
+            while True:
+                done, pending = wait(futures, timeout=0.5, return_when=FIRST_EXCEPTION)
+                if not pending or any(not f.cancelled() and f.exception() is not None
+                                      for f in done):
+                    break
             for future in futures:
                 repo, f = futures[future]
                 try:

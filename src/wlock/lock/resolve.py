@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from wlock.cancel import result_of
 from wlock.errors import (
     InvalidFileError,
     LockStaleError,
@@ -272,7 +273,7 @@ def plan_lock(
             futures = [pool.submit(resolve_one, r.entry, r.revision) for r in to_resolve]
             for item, future in zip(to_resolve, futures, strict=True):
                 try:
-                    resolved[item.entry.key] = future.result()
+                    resolved[item.entry.key] = result_of(future)
                 except WlockError as e:  # every failing entry is reported, not the first
                     failures.append(e)
         if len(failures) == 1:
