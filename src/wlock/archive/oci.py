@@ -134,7 +134,6 @@ def client(target: Target) -> Any:
     challenge = asked.headers.get("Www-Authenticate", "").lower()
     backend = "basic" if asked.status_code == 401 and challenge.startswith("basic") else "token"
     registry = Registry(hostname=target.registry, insecure=target.insecure, auth_backend=backend)
-    registry.wlock_target = target
     registry.wlock_basic = backend == "basic"
     return registry
 

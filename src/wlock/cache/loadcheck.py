@@ -5,9 +5,10 @@ reads. Each entry is loaded by the project's Python (the interpreter that has th
 libraries, which wlock's own may not) in a fresh process of its own, offline, from the cache,
 at its locked commit, with the library its loader names (`load_probe.py`, a script that needs
 nothing of wlock). One process per entry: a crash, or a library that leaves state behind,
-fails that entry only, and memory goes back between entries. The entries of one library are
-forked from one process that imported the library once (torch and transformers cost seconds
-each time), so each is still a process of its own.
+fails that entry only, and memory goes back between entries. The entries of the libraries
+built on torch (transformers, peft, sentence-transformers, diffusers) are forked from one
+process that imported torch and transformers once (seconds each time otherwise), so each is
+still a process of its own (SHARED_IMPORTS).
 """
 
 from __future__ import annotations
@@ -111,9 +112,10 @@ def load_entries(
 ) -> tuple[EntryLoad, ...]:
     """Load every entry of `lock` offline from `cache_dir` with `python`; never raises for a
     failed load (it is an EntryLoad). An entry whose library `python` lacks fails, naming
-    the install; `skip_missing` (`--skip-missing-libraries`) makes it a skip. The entries
-    of one library load in processes forked from one that imported it once (`serve`);
-    an entry whose process left no answer is loaded again alone."""
+    the install; `skip_missing` (`--skip-missing-libraries`) makes it a skip. Entries that
+    share their imports (SHARED_IMPORTS) load in processes forked from one that made them
+    once (the probe's `serve`); an entry whose process left no answer is loaded again
+    alone."""
     wanted = {repo.key: library_of(repo) for repo in lock.repos}
     here = installed(python, {lib for lib in wanted.values() if lib})
     results: dict[int, EntryLoad] = {}
