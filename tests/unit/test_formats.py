@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from wlock.models import FormatScan
-from wlock.scan import ScanLimits, is_format_judged, judge_formats
+from wlock.scan import ScanLimits, is_format_judged, judge_file, judge_formats
 from wlock.scan.keras import code_in
 from wlock.scan.onnx import escapes_folder
 
@@ -167,3 +167,32 @@ def test_which_files_are_judged() -> None:
         assert is_format_judged(name), name
     for name in ("model.onnx_data", "model.safetensors", "vocab.txt"):
         assert not is_format_judged(name), name
+
+
+def _pt2(members: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("m/archive_format", b"pt2")
+        for name, data in members.items():
+            z.writestr(f"m/{name}", data)
+    return out.getvalue()
+
+
+def test_a_pt2_archive_is_judged_as_torch_export_reads_it() -> None:
+    """Each member torch.export.load unpickles is walked (a weight its config marks
+    use_pickle, an opaque constant); raw tensor bytes are not; a config that cannot be read
+    leaves the archive unknown, never clean."""
+    evil = b"\x80\x04\x8c\x05posix\x8c\x06system\x93\x8c\x04true\x85R."
+    config = {"config": {"w": {"path_name": "weight_0", "use_pickle": True},
+                         "b": {"path_name": "weight_1", "use_pickle": False}}}
+    found = judge_file(io.BytesIO(_pt2({
+        "data/weights/model_weights_config.json": json.dumps(config).encode(),
+        "data/weights/weight_0": evil, "data/weights/weight_1": evil})), "model.pt2")
+    assert found.imports == ("posix.system",)
+    opaque = judge_file(io.BytesIO(_pt2({"data/constants/opaque_obj_0": evil})), "x.pt2")
+    assert opaque.imports == ("posix.system",)
+    raw = judge_file(io.BytesIO(_pt2({"data/weights/weight_1": evil})), "x.pt2")
+    assert raw.imports == ()  # no config marks it: raw bytes torch never unpickles
+    broken = judge_file(io.BytesIO(_pt2({
+        "data/weights/model_weights_config.json": b"not json"})), "x.pt2")
+    assert broken.unreadable and "PT2 archive whose configs cannot be read" in broken.unreadable

@@ -184,13 +184,19 @@ def _zip(stream: BinaryIO | io.RawIOBase, budget: Budget, out: Judgement,
     try:
         archive = zipfile.ZipFile(stream)
         infos = archive.infolist()
-        nested = _pt2_loaded(archive, infos)
     except (zipfile.BadZipFile, ValueError, OSError, EOFError, struct.error,
-            NotImplementedError, zlib.error) as e:
+            NotImplementedError) as e:
         # torch's reader decides by the first four bytes and loads what its own reader
         # finds: a directory Python cannot read may still hold a data.pkl torch reads.
         out.pickle = True
         out.unreadable = f"a zip whose directory cannot be read ({e})"
+        return
+    try:
+        nested = _pt2_loaded(archive, infos)
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, struct.error,
+            NotImplementedError, zlib.error, RuntimeError) as e:
+        out.pickle = True
+        out.unreadable = f"a PT2 archive whose configs cannot be read ({e})"
         return
     if nested and depth >= 2:
         out.pickle = True
@@ -320,7 +326,8 @@ def _pt2_loaded(archive: zipfile.ZipFile, infos: list[zipfile.ZipInfo]) -> set[s
                 if names[name].file_size > PT2_CONFIG_SIZE:
                     raise ValueError(f"{name} is past {PT2_CONFIG_SIZE:,} bytes")
                 folder = root + inner.rpartition("/")[0] + "/"
-                config = json.loads(archive.read(names[name])).get("config")
+                parsed = json.loads(archive.read(names[name]))
+                config = parsed.get("config") if isinstance(parsed, dict) else None
                 for entry in config.values() if isinstance(config, dict) else ():
                     if isinstance(entry, dict) and entry.get("use_pickle") is not False:
                         loaded.add(folder + str(entry.get("path_name")))
