@@ -81,6 +81,24 @@ def shards_repo(root: Path, shards: int, shard_mb: int, small: int, *,
     return root / "store"
 
 
+def synced_shards(root: Path, shards: int, shard_mb: int, small: int,
+                  name: str = "") -> tuple[Path, Path]:
+    """`shards_repo` under `root/name`, locked by a project `root/name-project` and synced
+    into `root/name-cache` from the emulator, which is stopped again: (project, cache)."""
+    from wlock.hubserver.process import HubProcess
+
+    prefix = f"{name}-" if name else ""
+    store = shards_repo(root / name if name else root, shards, shard_mb, small)
+    project, cache = root / f"{prefix}project", root / f"{prefix}cache"
+    project.mkdir()
+    (project / "weights.toml").write_text('[[model]]\nid = "bench/shards"\n')
+    with HubProcess(store) as hub:
+        run([*WLOCK, "lock", "--endpoint", hub.endpoint], cwd=project)
+        run([*WLOCK, "sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache)],
+            cwd=project)
+    return project, cache
+
+
 def tree_rss(pid: int) -> int:
     """Memory of `pid` and all its descendants now (0 once it is gone): their proportional
     set size (PSS: a shared library's pages counted once across the processes that map

@@ -24,12 +24,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import WLOCK, compile_wlock, machine, measured, median, run, shards_repo
+from _common import WLOCK, compile_wlock, machine, measured, median, run, synced_shards
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.seaweed import S3Server
-
-from wlock.hubserver.process import HubProcess
 
 S3FS_GET = """
 import sys, s3fs
@@ -80,24 +78,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="wlock-bench-", dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
-        shards_repo(root, args.shards, args.shard_mb, args.small)
-        project = root / "project"
-        project.mkdir()
-        (project / "weights.toml").write_text('[[model]]\nid = "bench/shards"\n')
-        small_root = root / "small"
-        shards_repo(small_root, 0, 0, 1000)
-        small_project = root / "small-project"
-        small_project.mkdir()
-        (small_project / "weights.toml").write_text('[[model]]\nid = "bench/shards"\n')
-        cache, small_cache = root / "cache", root / "small-cache"
-        with HubProcess(root / "store") as hub:
-            run([*WLOCK, "lock", "--endpoint", hub.endpoint], cwd=project)
-            run([*WLOCK, "sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache)],
-                cwd=project)
-        with HubProcess(small_root / "store") as hub:
-            run([*WLOCK, "lock", "--endpoint", hub.endpoint], cwd=small_project)
-            run([*WLOCK, "sync", "--endpoint", hub.endpoint, "--cache-dir", str(small_cache)],
-                cwd=small_project)
+        project, cache = synced_shards(root, args.shards, args.shard_mb, args.small)
+        small_project, small_cache = synced_shards(root, 0, 0, 1000, name="small")
         dead = "http://127.0.0.1:9"  # restores must not need the Hub
         total = sum(p.stat().st_size for p in (cache / "models--bench--shards" / "blobs").iterdir())
         folder = root / "nas"

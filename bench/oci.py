@@ -22,12 +22,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import WLOCK, compile_wlock, machine, measured, median, run, shards_repo
+from _common import WLOCK, compile_wlock, machine, measured, median, run, synced_shards
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.registry import registry
-
-from wlock.hubserver.process import HubProcess
 
 
 def main() -> None:
@@ -40,15 +38,7 @@ def main() -> None:
     compile_wlock()
     with tempfile.TemporaryDirectory(prefix="wlock-bench-", dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
-        shards_repo(root, args.shards, args.shard_mb, args.small)
-        project = root / "project"
-        project.mkdir()
-        (project / "weights.toml").write_text('[[model]]\nid = "bench/shards"\n')
-        cache = root / "cache"
-        with HubProcess(root / "store") as hub:
-            run([*WLOCK, "lock", "--endpoint", hub.endpoint], cwd=project)
-            run([*WLOCK, "sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache)],
-                cwd=project)
+        project, cache = synced_shards(root, args.shards, args.shard_mb, args.small)
         blobs = cache / "models--bench--shards" / "blobs"
         total = sum(p.stat().st_size for p in blobs.iterdir())
         dead = "http://127.0.0.1:9"  # pulls must not need the Hub

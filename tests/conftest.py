@@ -178,3 +178,17 @@ def write_project(folder: Path, manifest: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "weights.toml").write_text(manifest, encoding="utf-8")
     return folder
+
+
+def added(hub: Hub, folder: Path, *specs: tuple[str, ...]) -> tuple[Path, Path]:
+    """A project in `folder` that adds each spec (`ID`, flags...) and syncs into
+    `folder/cache`, each command asserted to exit 0: (project, cache)."""
+    project = write_project(folder / "project", "")
+    for spec in specs:
+        done = run_wlock("add", *spec, "--endpoint", hub.endpoint, cwd=project)
+        assert done.code == 0, done.stderr
+    cache = folder / "cache"
+    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
+                       cwd=project)
+    assert synced.code == 0, synced.stderr
+    return project, cache

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, run_wlock, write_project
+from tests.conftest import Hub, added, run_wlock, write_project
 from tests.real_templates import real_chat_templates
 from tests.template_corpus import BENIGN, MALICIOUS, MARKER, gguf_with_template, render
 from wlock.lock.lockfile import read_lock
@@ -38,11 +38,11 @@ def test_each_malicious_template_is_refused_at_add(hub: Hub, tmp_path: Path, nam
     project = write_project(tmp_path / "p", "")
     before = (project / "weights.toml").read_bytes()
     hub.process.reset_stats()
-    added = run_wlock("add", repo_id, "--endpoint", hub.endpoint, cwd=project)
-    assert added.code == 7, added.stderr
+    refused = run_wlock("add", repo_id, "--endpoint", hub.endpoint, cwd=project)
+    assert refused.code == 7, refused.stderr
     assert f"{repo_id}: model.Q8_0.gguf's tokenizer.chat_template reaches past the " \
-        "renderers' sandbox" in added.stderr, added.stderr
-    assert "chat-template" in added.stderr  # the hint names the setting
+        "renderers' sandbox" in refused.stderr, refused.stderr
+    assert "chat-template" in refused.stderr  # the hint names the setting
     assert (project / "weights.toml").read_bytes() == before
     served = sum(e["bytes"] for e in hub.process.stats()["log"]
                  if e["method"] == "GET" and e["listener"] == "cdn")
@@ -55,13 +55,8 @@ def test_each_benign_twin_renders_locks_syncs_and_audits(hub: Hub, tmp_path: Pat
                                                          name: str) -> None:
     assert render(BENIGN[name])  # the renderers' own sandbox renders it
     repo_id, _ = publish(hub, tmp_path, f"tpl-ok-{name}", BENIGN[name])
-    project = write_project(tmp_path / "p", "")
-    assert run_wlock("add", repo_id, "--endpoint", hub.endpoint, cwd=project).code == 0
+    project, cache = added(hub, tmp_path, (repo_id,))
     assert read_lock(project / "weights.lock").repos[0].formats == ()
-    cache = tmp_path / "cache"
-    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                       cwd=project)
-    assert synced.code == 0, synced.stderr
     audited = run_wlock("audit", "--cache-dir", str(cache), cwd=project)
     assert audited.code == 0, audited.stderr
 
@@ -143,10 +138,10 @@ def test_a_tokenizers_chat_template_is_judged_and_its_benign_twin_renders(
     pytest.importorskip("transformers")
     evil, _ = tokenizer_repo(hub, tmp_path / "e", "tok-evil", MALICIOUS["cycler"], where)
     project = write_project(tmp_path / "p", "")
-    added = run_wlock("add", evil, "--endpoint", hub.endpoint, cwd=project)
-    assert added.code == 7, added.stderr
+    refused = run_wlock("add", evil, "--endpoint", hub.endpoint, cwd=project)
+    assert refused.code == 7, refused.stderr
     assert f"{evil}: {where}'s chat_template reaches past the renderers' sandbox" in \
-        added.stderr, added.stderr
+        refused.stderr, refused.stderr
     good, _ = tokenizer_repo(hub, tmp_path / "g", "tok-good", BENIGN["chatml"], where)
     assert run_wlock("add", good, "--endpoint", hub.endpoint, cwd=project).code == 0
     cache = tmp_path / "cache"
@@ -203,18 +198,12 @@ def test_a_template_wherever_a_reader_finds_it_is_judged(hub: Hub, tmp_path: Pat
     read back by its reader."""
     repo_id, name, flags = _where(hub, tmp_path / "evil", place, MALICIOUS["computed-cycler"])
     project = write_project(tmp_path / "p", "")
-    added = run_wlock("add", repo_id, *flags, "--endpoint", hub.endpoint, cwd=project)
-    assert added.code == 7, added.stderr
-    assert f"{repo_id}: {name}'s " in added.stderr and "chat_template" in added.stderr, \
-        added.stderr
+    refused = run_wlock("add", repo_id, *flags, "--endpoint", hub.endpoint, cwd=project)
+    assert refused.code == 7, refused.stderr
+    assert f"{repo_id}: {name}'s " in refused.stderr and "chat_template" in refused.stderr, \
+        refused.stderr
     repo_id, name, flags = _where(hub, tmp_path / "good", place, BENIGN["llama3"])
-    project = write_project(tmp_path / "q", "")
-    added = run_wlock("add", repo_id, *flags, "--endpoint", hub.endpoint, cwd=project)
-    assert added.code == 0, added.stderr
-    cache = tmp_path / "cache"
-    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                       cwd=project)
-    assert synced.code == 0, synced.stderr
+    _, cache = added(hub, tmp_path / "q", (repo_id, *flags))
     [local] = cache.glob(f"models--*/snapshots/*/{name}")
     if place.startswith("gguf"):
         import gguf
@@ -249,13 +238,6 @@ def test_the_chat_templates_of_real_models_pass(hub: Hub, tmp_path: Path) -> Non
     files["tokenizer_config.json"] = json.dumps({"chat_template": listed}).encode()
     repo_id = hub.unique_id("real-templates")
     hub.builder.commit("model", repo_id, files, lfs=True)
-    project = write_project(tmp_path / "p", "")
-    added = run_wlock("add", repo_id, "--loader", "all", "--endpoint", hub.endpoint,
-                      cwd=project)
-    assert added.code == 0, added.stderr
-    cache = tmp_path / "cache"
-    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                       cwd=project)
-    assert synced.code == 0, synced.stderr
+    project, cache = added(hub, tmp_path, (repo_id, "--loader", "all"))
     audited = run_wlock("audit", "--cache-dir", str(cache), cwd=project)
     assert audited.code == 0, audited.stderr

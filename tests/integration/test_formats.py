@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, run_wlock, write_project
+from tests.conftest import Hub, added, run_wlock, write_project
 from wlock.lock.lockfile import read_lock
 
 pytest.importorskip("keras")
@@ -59,13 +59,13 @@ def test_each_malicious_file_is_refused_at_add_and_lock(hub: Hub, tmp_path: Path
     repo_id, path = publish(hub, tmp_path / "m", name, CASES[name])
     project = write_project(tmp_path / "p", "")
     before = (project / "weights.toml").read_bytes()
-    added = run_wlock("add", repo_id, "--endpoint", hub.endpoint, cwd=project)
-    assert added.code == 7, added.stderr
+    refused = run_wlock("add", repo_id, "--endpoint", hub.endpoint, cwd=project)
+    assert refused.code == 7, refused.stderr
     setting = "keras" if name.startswith("keras") else "onnx-external-data"
     what = "names code Keras runs as it loads" if setting == "keras" else \
         "reads its external data from outside the model's folder"
-    assert f"{repo_id}: {path}'s " in added.stderr and what in added.stderr, added.stderr
-    assert f'`{setting} = "allow"`' in added.stderr  # the hint names the setting
+    assert f"{repo_id}: {path}'s " in refused.stderr and what in refused.stderr, refused.stderr
+    assert f'`{setting} = "allow"`' in refused.stderr  # the hint names the setting
     assert (project / "weights.toml").read_bytes() == before
     # And at `lock`, for an entry already in weights.toml: refused, no lock written.
     (project / "weights.toml").write_text(f'[[model]]\nid = "{repo_id}"\n')
@@ -79,15 +79,9 @@ def test_each_malicious_file_is_refused_at_add_and_lock(hub: Hub, tmp_path: Path
 def test_each_benign_twin_locks_syncs_audits_and_loads(hub: Hub, tmp_path: Path, name: str
                                                        ) -> None:
     repo_id, path = publish(hub, tmp_path / "m", name, TWINS[name])
-    project = write_project(tmp_path / "p", "")
-    added = run_wlock("add", repo_id, "--endpoint", hub.endpoint, cwd=project)
-    assert added.code == 0, added.stderr
+    project, cache = added(hub, tmp_path, (repo_id,))
     repo = read_lock(project / "weights.lock").repos[0]
     assert repo.formats == ()
-    cache = tmp_path / "cache"
-    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                       cwd=project)
-    assert synced.code == 0, synced.stderr
     audited = run_wlock("audit", "--cache-dir", str(cache), cwd=project)
     assert audited.code == 0, audited.stderr
     [snapshot] = cache.glob(f"models--*/snapshots/{repo.revision}")

@@ -17,26 +17,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Hub, run_wlock, write_project
+from tests.conftest import Hub, added, run_wlock
 from tests.integration.test_datasets_real import publish as publish_dataset
 from tests.integration.test_datasets_real import pushed
 from tests.integration.test_loaders_real import publish, tiny_bert
 from wlock.lock.lockfile import read_lock
 
 torch = pytest.importorskip("torch")
-
-
-def added(hub: Hub, folder: Path, *specs: tuple[str, ...]) -> tuple[Path, Path]:
-    """A project that adds each spec (`ID`, flags...) with the default loaders, synced."""
-    project = write_project(folder / "project", "")
-    for spec in specs:
-        done = run_wlock("add", *spec, "--endpoint", hub.endpoint, cwd=project)
-        assert done.code == 0, done.stderr
-    cache = folder / "cache"
-    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                       cwd=project)
-    assert synced.code == 0, synced.stderr
-    return project, cache
 
 
 def drop(project: Path, cache: Path, repo_id: str, paths: list[str]) -> None:

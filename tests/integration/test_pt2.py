@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, run_wlock, write_project
+from tests.conftest import Hub, added, run_wlock, write_project
 
 torch = pytest.importorskip("torch")
 
@@ -84,10 +84,10 @@ def test_a_payload_in_a_pt2_archive_is_refused_and_torch_runs_it(
     repo_id = hub.unique_id(f"pt2-{where}")
     hub.builder.commit("model", repo_id, {"model.pt2": evil, "config.json": b"{}"}, lfs=True)
     project = write_project(tmp_path / "p", "")
-    added = run_wlock("add", repo_id, "--loader", "all", "--endpoint", hub.endpoint,
+    refused = run_wlock("add", repo_id, "--loader", "all", "--endpoint", hub.endpoint,
                       cwd=project)
-    assert added.code == 7, added.stderr
-    assert f"{repo_id}: model.pt2 imports posix.system" in added.stderr, added.stderr
+    assert refused.code == 7, refused.stderr
+    assert f"{repo_id}: model.pt2 imports posix.system" in refused.stderr, refused.stderr
     assert not marker.exists()
 
 
@@ -96,14 +96,7 @@ def test_the_archive_torch_writes_locks_syncs_and_loads_offline(hub: Hub, tmp_pa
     repo_id = hub.unique_id("pt2-good")
     hub.builder.commit("model", repo_id, {"model.pt2": exported(), "config.json": b"{}"},
                        lfs=True)
-    project = write_project(tmp_path / "p", "")
-    added = run_wlock("add", repo_id, "--loader", "all", "--endpoint", hub.endpoint,
-                      cwd=project)
-    assert added.code == 0, added.stderr
-    cache = tmp_path / "cache"
-    synced = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache),
-                       cwd=project)
-    assert synced.code == 0, synced.stderr
+    _, cache = added(hub, tmp_path, (repo_id, "--loader", "all"))
     [local] = cache.glob("models--*/snapshots/*/model.pt2")
     loaded = torch_loads(local)
     assert loaded.returncode == 0 and "torch.Size([1, 2])" in loaded.stdout, loaded.stderr

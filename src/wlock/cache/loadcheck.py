@@ -40,13 +40,10 @@ PROBED = frozenset({"transformers", "sentence-transformers", "diffusers", "peft"
 # The entries loaded from one process that imported these once (each entry still in a
 # process of its own, forked from it): the libraries built on torch and transformers share
 # theirs.
-SHARED_IMPORTS = {
-    "transformers": "torch,transformers,transformers.modeling_utils",
-    "peft": "torch,transformers,transformers.modeling_utils",
-    "sentence-transformers": "torch,transformers,transformers.modeling_utils",
-    "diffusers": "torch,transformers,transformers.modeling_utils",
-    "gguf": "gguf", "datasets": "datasets",
-}
+TORCH_STACK = "torch,transformers,transformers.modeling_utils"
+SHARED_IMPORTS = {"transformers": TORCH_STACK, "peft": TORCH_STACK,
+                  "sentence-transformers": TORCH_STACK, "diffusers": TORCH_STACK,
+                  "gguf": "gguf", "datasets": "datasets"}
 
 
 @dataclass(frozen=True, slots=True)

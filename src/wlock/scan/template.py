@@ -22,6 +22,7 @@ never clean. Nothing is rendered.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,14 +58,11 @@ def judge_template(text: str) -> tuple[tuple[str, ...], str | None]:
     the template could not be parsed, or None). An empty first part and None: a template
     that names nothing the sandbox hides."""
     from jinja2.exceptions import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     if len(text) > MAX_TEMPLATE:
         return (), f"a template of {len(text):,} characters, past the {MAX_TEMPLATE:,} judged"
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[_generation_tag(), "jinja2.ext.loopcontrols"])
     try:
-        tree = env.parse(text)
+        tree = _environment().parse(text)
         found = set(_Judge(tree).reaches())
     except TemplateError as e:
         line = getattr(e, "lineno", None)
@@ -75,11 +73,15 @@ def judge_template(text: str) -> tuple[tuple[str, ...], str | None]:
     return tuple(sorted(found)), None
 
 
-def _generation_tag() -> type:
-    """transformers' `{% generation %}...{% endgeneration %}` (AssistantTracker in
-    chat_template_utils.py, in the environment `apply_chat_template` renders with): its body
-    is parsed as the template's own statements, and judged as they are."""
+@functools.cache
+def _environment() -> Any:
+    """The environment transformers' `apply_chat_template` parses with (trim and lstrip
+    blocks, loop controls), built once: jinja2 is imported when a template is first judged,
+    not when wlock starts. transformers' `{% generation %}...{% endgeneration %}`
+    (AssistantTracker in chat_template_utils.py) is parsed as the template's own statements,
+    and judged as they are."""
     from jinja2.ext import Extension
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class Generation(Extension):
         tags = {"generation"}  # noqa: RUF012 - jinja2 reads it from the class
@@ -88,7 +90,8 @@ def _generation_tag() -> type:
             next(parser.stream)
             return parser.parse_statements(("name:endgeneration",), drop_needle=True)
 
-    return Generation
+    return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                         extensions=[Generation, "jinja2.ext.loopcontrols"])
 
 
 def _hidden(name: str) -> bool:
