@@ -145,8 +145,8 @@ def download_all(
     with each large file hashed again whole after its download (Transfer.read_again)."""
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-    # Here, not at the top: the upgrade path's chunking imports numpy, a tenth of a no-op
-    # sync's time, and only a sync that downloads needs it.
+    # Here, not at the top: only a sync that downloads needs them (and the upgrade path's
+    # chunking, which imports numpy, only a sync that upgrades a file: chunks.Upgrader.plan).
     from wlock.cache.engines import LARGE_FILE, FetchJob, IntegrityError
     from wlock.cache.engines.chunks import Upgrader
     from wlock.cache.engines.link import PROBE_FROM, connection_ceiling

@@ -16,7 +16,7 @@ from wlock.cache.engines import FetchJob, OnBytes
 from wlock.cache.engines.route import Route
 from wlock.cache.upgrade import NotUpgraded, Plan, place, plan
 from wlock.hashing import hash_file
-from wlock.xet import chunking, hashing
+from wlock.xet import hashing
 from wlock.xet.cas import Cas, CasError, Fetch, Term, xet_file
 from wlock.xet.xorb import XorbFormatError, decode
 
@@ -76,6 +76,9 @@ class Upgrader:
         reconstruction of that hash, so a blob changed on disk since (a hash the CAS does
         not know) is never taken for the file it was."""
         import httpx2
+
+        # Here: the chunker imports numpy (50 ms), which a sync that upgrades nothing skips.
+        from wlock.xet import chunking
 
         route = self._route
         new_hash, token_url = self._new_file(job)
