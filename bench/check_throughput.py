@@ -14,12 +14,52 @@ import argparse
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from _common import WLOCK, compile_wlock, machine, median, run, shards_repo, timed
+from _common import WLOCK, compile_wlock, machine, median, run, synced_shards, timed
 
 from wlock.hubserver.process import HubProcess
 from wlock.lock.lockfile import read_lock
+
+
+def measure(root: Path, shards: int, shard_mb: int, small: int, runs: int,
+            hf: bool = True) -> dict[str, float | int]:
+    """The shards repo under `root`, synced and in the page cache, then the median of `runs`
+    of `wlock check`, of openssl one process per core and (with `hf`) of `hf cache verify`,
+    in turns: {"wlock", "openssl", "hf", "bytes", "blobs"}."""
+    cores = os.cpu_count() or 1
+    project, cache = synced_shards(root, shards, shard_mb, small)
+    repo = read_lock(project / "weights.lock").repos[0]
+    blobs = sorted((cache / "models--bench--shards" / "blobs").iterdir())
+    for blob in blobs:  # warm the page cache for every contender alike
+        blob.read_bytes()
+    # openssl, one process per core, the files dealt out largest first as wlock does.
+    by_size = sorted(blobs, key=lambda b: -b.stat().st_size)
+    openssl = ["sh", "-c", f"printf '%s\\n' \"$@\" | xargs -P {cores} -n 1 "
+               "openssl dgst -sha256 > /dev/null", "sh", *map(str, by_size)]
+    contenders = {
+        "wlock": lambda: run([*WLOCK, "check", "--cache-dir", str(cache)], cwd=project),
+        "openssl": lambda: run(openssl)}
+    if hf:
+        with HubProcess(root / "store") as hub:
+            verify = [str(Path(sys.executable).with_name("hf")), "cache", "verify",
+                      "bench/shards", "--revision", repo.revision, "--cache-dir", str(cache)]
+            env = {"HF_ENDPOINT": hub.endpoint, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+            contenders["hf"] = lambda: run(verify, env=env)
+            times = _turns(contenders, runs)
+    else:
+        times = _turns(contenders, runs)
+    return {**{k: median(v) for k, v in times.items()},
+            "bytes": sum(b.stat().st_size for b in blobs), "blobs": len(blobs)}
+
+
+def _turns(contenders: dict[str, Callable[[], object]], runs: int) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(runs):
+        for name, fn in contenders.items():
+            times[name].append(timed(fn))
+    return times
 
 
 def main() -> None:
@@ -31,43 +71,12 @@ def main() -> None:
     args = parser.parse_args()
     compile_wlock()
     cores = os.cpu_count() or 1
-
     with tempfile.TemporaryDirectory(prefix="wlock-bench-", dir=os.environ.get("BENCH_DIR")) as tmp:
-        root = Path(tmp)
-        shards_repo(root, args.shards, args.shard_mb, args.small)
-        project, cache = root / "project", root / "cache"
-        project.mkdir()
-        (project / "weights.toml").write_text('[[model]]\nid = "bench/shards"\n')
-        with HubProcess(root / "store") as hub:
-            run([*WLOCK, "lock", "--endpoint", hub.endpoint], cwd=project)
-            run([*WLOCK, "sync", "--endpoint", hub.endpoint, "--cache-dir", str(cache)],
-                cwd=project)
-            repo = read_lock(project / "weights.lock").repos[0]
-            blobs = sorted((cache / "models--bench--shards" / "blobs").iterdir())
-            total = sum(b.stat().st_size for b in blobs)
-            for blob in blobs:  # warm the page cache for every contender alike
-                blob.read_bytes()
-            # openssl, one process per core, the files dealt out largest first as wlock does.
-            by_size = sorted(blobs, key=lambda b: -b.stat().st_size)
-            openssl = ["sh", "-c", f"printf '%s\\n' \"$@\" | xargs -P {cores} -n 1 "
-                       "openssl dgst -sha256 > /dev/null", "sh", *map(str, by_size)]
-            hf_verify = ["hf", "cache", "verify", "bench/shards", "--revision", repo.revision,
-                         "--cache-dir", str(cache)]
-            hf_bin = Path(sys.executable).with_name("hf")
-            hf_verify[0] = str(hf_bin)
-            times: dict[str, list[float]] = {"wlock": [], "openssl": [], "hf": []}
-            for _ in range(args.runs):
-                times["wlock"].append(timed(lambda: run(
-                    [*WLOCK, "check", "--cache-dir", str(cache)], cwd=project)))
-                times["openssl"].append(timed(lambda: run(openssl)))
-                times["hf"].append(timed(lambda: run(
-                    hf_verify, env={"HF_ENDPOINT": hub.endpoint,
-                                    "HF_HUB_DISABLE_PROGRESS_BARS": "1"})))
-
-    wl, limit, hf = median(times["wlock"]), median(times["openssl"]), median(times["hf"])
-    mb = total / 1e6
+        got = measure(Path(tmp), args.shards, args.shard_mb, args.small, args.runs)
+    wl, limit, hf = got["wlock"], got["openssl"], got["hf"]
+    mb = got["bytes"] / 1e6
     print(f"machine: {machine()}")
-    print(f"data: {len(blobs)} blobs, {mb:.0f} MB, in the page cache; median of {args.runs} runs")
+    print(f"data: {got['blobs']} blobs, {mb:.0f} MB, in the page cache; median of {args.runs} runs")
     print(f"wlock check:                          {wl:6.2f}s  {mb / wl:6.0f} MB/s")
     print(f"openssl dgst -sha256 x {cores} (the limit):  {limit:6.2f}s  {mb / limit:6.0f} MB/s")
     print(f"hf cache verify:                      {hf:6.2f}s  {mb / hf:6.0f} MB/s")

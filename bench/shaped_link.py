@@ -154,17 +154,26 @@ def mirror_of(endpoint: str) -> Iterator[str]:
 
 
 def bench(model: str, args: argparse.Namespace) -> None:
+    times, upstream = measure(model, args.shards, args.shard_mb, args.runs, args.all_peers)
+    show(model, args.runs, times, upstream)
+
+
+def measure(model: str, shards: int, shard_mb: int, runs: int, all_peers: bool = False
+            ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Every contender's times on link `model` (not the tc ones, which need a namespace of
+    their own: `bench`), taking turns for `runs` runs; and through a mirror, the bytes the
+    Hub served per lock byte, by contender."""
     where = os.environ.get("BENCH_DIR") or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
     with tempfile.TemporaryDirectory(prefix="wlock-bench-", dir=where) as tmp:
         root = Path(tmp)
         # In memory where there is room: this measures the link, and the disk's writeback
         # made the runs bimodal (one setting took 1.19-2.67 s on 4 x 128 MiB, 1.27-1.41 s on
         # tmpfs).
-        store = shards_repo(root, args.shards, args.shard_mb, small=8, xet=True)
+        store = shards_repo(root, shards, shard_mb, small=8, xet=True)
         project = root / "project"
         project.mkdir()
         (project / "weights.toml").write_text('[[model]]\nid = "bench/shards"\n')
-        lock_bytes = args.shards * args.shard_mb * 2**20
+        lock_bytes = shards * shard_mb * 2**20
         with HubProcess(store) as hub:
             run([*WLOCK, "-q", "lock", "--endpoint", hub.endpoint], cwd=project)
             hub.faults(link={**MODELS[model], "listener": "cdn"})
@@ -197,13 +206,13 @@ def bench(model: str, args: argparse.Namespace) -> None:
             warm = model == "mirror-warm"
             contenders: dict[str, Callable[[str], object]] = {
                 "wlock sync (default)": lambda e: wlock_sync(e, root / "cache")}
-            peers = list(HF_XET_MODES) if args.all_peers else ["hf_xet"]
+            peers = list(HF_XET_MODES) if all_peers else ["hf_xet"]
             for mode in peers:
                 contenders[f"snapshot_download, {mode}"] = lambda e, mode=mode: (
                     shutil.rmtree(root / "hf", ignore_errors=True),
                     run(snapshot_download("bench/shards", root / "hf" / "cache", e),
                         env=snapshot_env(root / "hf" / "home", mode)))
-            if args.all_peers:
+            if all_peers:
                 contenders["wlock sync --engine xet"] = lambda e: wlock_sync(
                     e, root / "cache", "--engine", "xet")
             for n in FIXED:
@@ -212,10 +221,10 @@ def bench(model: str, args: argparse.Namespace) -> None:
 
             wlock_sync(hub.endpoint, root / "cache")  # warm-up: the store's pages
             times: dict[str, list[float]] = {}
-            for _ in range(args.runs):
+            for _ in range(runs):
                 for name, fn in contenders.items():
                     times.setdefault(name, []).append(through(endpoint_of, name, fn, warm))
-        show(model, args.runs, times, upstream)
+    return times, upstream
 
 
 def show(model: str, runs: int, times: dict[str, list[float]],
