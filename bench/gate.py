@@ -47,8 +47,8 @@ from _common import compile_wlock, machine, median
 
 RECORD = Path(__file__).with_name("gate.toml")
 # The slip each figure may show before the gate fails, as a fraction of the recorded ratio,
-# when a first record is written (then the record's own): a no-op sync is a few times an
-# interpreter's start, 20-30 ms that move by several ms run to run.
+# when a first record is written (then the record's own): the no-op sync's ratio is over
+# an interpreter's start, ~10 ms that move by a few from run to run.
 MARGIN = {"noop-sync": 0.25, "check": 0.15, "paced-best-fixed": 0.15,
           "paced-snapshot": 0.15, "slow-start-best-fixed": 0.15}
 
@@ -118,7 +118,7 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", choices=list(FIGURES), default=None)
     parser.add_argument("--record", action="store_true",
-                        help="write the measured ratios into the record")
+                        help="write the measured ratios into the record (nothing judged)")
     parser.add_argument("--recorded", type=Path, default=RECORD,
                         help=f"the record to compare with (default: {RECORD.name})")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one run, unjudged")
@@ -141,13 +141,15 @@ def main() -> int:
         if name in record:
             was, margin = record[name]["ratio"], record[name]["margin"]
             line += f"; recorded {was:.2f}x, margin {margin:.0%}"
-            if (not args.smoke or args.judge) and slipped(figure, ratio, was, margin):
+            judged = not args.record and (not args.smoke or args.judge)
+            if judged and slipped(figure, ratio, was, margin):
                 line += ": SLIPPED"
                 failed.append(name)
         print(line, flush=True)
     if args.record:
-        write_record(args.recorded, record, measured, smoke=args.smoke)
-        print(f"recorded {len(measured)} ratios in {args.recorded}")
+        write_record(args.recorded, measured, smoke=args.smoke)
+        print(f"recorded {len(measured)} ratio{'s' if len(measured) > 1 else ''} in "
+              f"{args.recorded}")
     if failed:
         print(f"the gate fails: {', '.join(failed)} slipped past the margin recorded in "
               f"{args.recorded}; find the change that slowed it (bench/{{noop_sync,"
@@ -163,8 +165,9 @@ def commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
-def write_record(path: Path, record: dict[str, dict[str, object]], measured: dict[str, float],
-                 smoke: bool) -> None:
+def write_record(path: Path, measured: dict[str, float], smoke: bool) -> None:
+    """The measured ratios into the record at `path`, each figure's margin kept (MARGIN's
+    for a figure not recorded before)."""
     import tomlkit
 
     if path.exists():
@@ -179,7 +182,7 @@ def write_record(path: Path, record: dict[str, dict[str, object]], measured: dic
         table = doc.get(name) or tomlkit.table()
         table["ratio"] = round(ratio, 3)
         table["better"] = FIGURES[name].better
-        table.setdefault("margin", record.get(name, {}).get("margin", MARGIN[name]))
+        table.setdefault("margin", MARGIN[name])
         table["run"] = (f"{commit()} on {time.strftime('%Y-%m-%d')}, {machine()}"
                         f"{', smoke' if smoke else ''}")
         doc[name] = table
