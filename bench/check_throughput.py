@@ -11,6 +11,7 @@ not the disk. `hf cache verify` asks the emulator for the file list, as it asks 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -41,14 +42,13 @@ def measure(root: Path, shards: int, shard_mb: int, small: int, runs: int,
     contenders = {
         "wlock": lambda: run([*WLOCK, "check", "--cache-dir", str(cache)], cwd=project),
         "openssl": lambda: run(openssl)}
-    if hf:
-        with HubProcess(root / "store") as hub:
+    with contextlib.ExitStack() as stack:
+        if hf:  # hf cache verify asks the endpoint for the file list, as it asks the Hub
+            hub = stack.enter_context(HubProcess(root / "store"))
             verify = [str(Path(sys.executable).with_name("hf")), "cache", "verify",
                       "bench/shards", "--revision", repo.revision, "--cache-dir", str(cache)]
             env = {"HF_ENDPOINT": hub.endpoint, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
             contenders["hf"] = lambda: run(verify, env=env)
-            times = _turns(contenders, runs)
-    else:
         times = _turns(contenders, runs)
     return {**{k: median(v) for k, v in times.items()},
             "bytes": sum(b.stat().st_size for b in blobs), "blobs": len(blobs)}
