@@ -136,7 +136,7 @@ def main() -> None:
             else:
                 shutil.rmtree(shm, ignore_errors=True)
         finally:
-            server.stop()
+            server.close()
 
     t = {name: median(values) for name, values in times.items()}
     mb = total / 1e6

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -67,6 +68,9 @@ class S3Server:
     root: Path
     ports: dict[str, int] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
+    # weed writes its sockets and glog files in $TMPDIR: a short folder of its own (a Unix
+    # socket's path is at most 107 bytes), removed by close(), not the machine's /tmp.
+    scratch: Path | None = None
 
     @property
     def endpoint(self) -> str:
@@ -90,6 +94,8 @@ class S3Server:
         config.write_text(json.dumps({"identities": [{
             "name": "wlock", "credentials": [{"accessKey": KEY, "secretKey": SECRET}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+        if self.scratch is None:
+            self.scratch = Path(tempfile.mkdtemp(prefix="weed-"))
         log = open(self.root / "weed.log", "ab")  # noqa: SIM115 - kept by the process
         self.process = subprocess.Popen(
             [weed, "server", f"-dir={self.root / 'data'}", "-ip=127.0.0.1",
@@ -98,9 +104,12 @@ class S3Server:
              f"-filer.port={self.ports['filer']}", f"-s3.config={config}",
              f"-metricsPort={self.ports['metrics']}", "-master.volumeSizeLimitMB=256",
              "-volume.max=0", "-master.telemetry=false",
+             f"-filer.localSocket={self.scratch / 'filer.sock'}",
+             f"-s3.localSocket={self.scratch / 's3.sock'}",
              # Fixed ports by default: off, so that several servers can run at once.
              "-s3.port.iceberg=0", "-s3.port.lance=0"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "TMPDIR": str(self.scratch)})
         log.close()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -155,6 +164,18 @@ class S3Server:
                     except OSError:
                         time.sleep(0.1)
 
+    def close(self) -> None:
+        """Kill the server for good and remove its scratch folder, and the gRPC sockets that
+        weed puts in /tmp whatever $TMPDIR says (`seaweedfs-<server>-grpc-<port>.sock`)."""
+        self.stop()
+        for kind in ("master", "volume", "filer", "s3"):
+            if kind in self.ports:
+                Path(f"/tmp/seaweedfs-{kind}-grpc-{self.ports[kind] + 10000}.sock").unlink(
+                    missing_ok=True)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
+
     def requests(self) -> dict[str, int]:
         """Requests served so far by S3 operation type (PUT, GET, LIST, ...), all codes."""
         text = urllib.request.urlopen(
@@ -183,4 +204,4 @@ def s3_server(root: Path) -> Iterator[S3Server]:
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
