@@ -18,7 +18,6 @@ from wlock.cache.upgrade import NotUpgraded, Plan, place, plan
 from wlock.hashing import hash_file
 from wlock.xet import hashing
 from wlock.xet.cas import Cas, CasError, Fetch, Term, xet_file
-from wlock.xet.xorb import XorbFormatError, decode
 
 # Xorb ranges fetched at once for one file.
 STREAMS = 4
@@ -162,6 +161,10 @@ class Upgrader:
         if len(response.content) != fetch.last - fetch.first + 1:
             raise NotUpgraded(f"a xorb range of {fetch.last - fetch.first + 1} bytes came "
                               f"with {len(response.content)}", refused=True)
+        # Here: xorb decoding imports numpy and lz4 (80 ms), which a sync that upgrades no
+        # file never needs (and fetch.py imports this module for every sync that downloads).
+        from wlock.xet.xorb import XorbFormatError, decode
+
         try:
             chunks = list(decode(response.content))
         except XorbFormatError as e:
