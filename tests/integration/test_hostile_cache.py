@@ -20,6 +20,10 @@ from wlock.cache.check import check_cache
 from wlock.cache.layout import link_target
 from wlock.lock.lockfile import read_lock
 
+pytestmark = pytest.mark.newest_only(
+    "wlock's own reading of its lock and of the cache's folders (os calls, tomllib): no "
+    "library the stacks differ in is asked")
+
 MANIFEST = '[[model]]\nid = "acme/tiny-bert"\n'
 
 
