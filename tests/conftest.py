@@ -8,6 +8,7 @@ store with a StoreBuilder under unique ids; the server notices the change on its
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import os
 import signal
@@ -63,6 +64,15 @@ def _isolated_hf_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+def needs(*modules: str) -> pytest.MarkDecorator:
+    """A module's tests skipped where a library is missing, found without importing it. A
+    module-level `pytest.importorskip` imports the library in every xdist worker as it
+    collects (sentence-transformers: 4 s of CPU, keras and onnxruntime 2 s), though only the
+    workers that run the module's tests use it (CI's time, issue 59)."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    return pytest.mark.skipif(bool(missing), reason=f"not installed: {', '.join(missing)}")
 
 
 @dataclass

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, default_signals, run_wlock, write_project
+from tests.conftest import Hub, default_signals, needs, run_wlock, write_project
 from wlock.lock.lockfile import read_lock
 
-datasets = pytest.importorskip("datasets")
+pytestmark = needs("datasets")
 
 CARD = """---
 configs:

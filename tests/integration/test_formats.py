@@ -14,12 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, added, run_wlock, write_project
-from wlock.lock.lockfile import read_lock
-
-pytest.importorskip("keras")
-pytest.importorskip("onnxruntime")
-
+from tests.conftest import Hub, added, needs, run_wlock, write_project
 from tests.format_corpus import (
     KERAS_BENIGN,
     KERAS_MALICIOUS,
@@ -29,6 +24,9 @@ from tests.format_corpus import (
     keras_loads,
     onnx_loads,
 )
+from wlock.lock.lockfile import read_lock
+
+pytestmark = needs("keras", "onnxruntime")
 
 CASES: dict[str, Callable[[Path], Path]] = {
     **{f"keras-{k}": v for k, v in KERAS_MALICIOUS.items()},

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, run_wlock, write_project
+from tests.conftest import Hub, needs, run_wlock, write_project
 from tests.integration.test_datasets_real import publish as publish_dataset
 from tests.integration.test_datasets_real import pushed
 from tests.integration.test_loaders_real import publish, tiny_bert
 from wlock.lock.lockfile import read_lock
 
-torch = pytest.importorskip("torch")
+pytestmark = needs("torch")
 
 
 def tiny_gguf(folder: Path) -> Path:

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Hub, added, run_wlock
+from tests.conftest import Hub, added, needs, run_wlock
 from tests.integration.test_datasets_real import publish as publish_dataset
 from tests.integration.test_datasets_real import pushed
 from tests.integration.test_loaders_real import publish, tiny_bert
 from wlock.lock.lockfile import read_lock
 
-torch = pytest.importorskip("torch")
+pytestmark = needs("torch")
 
 
 def drop(project: Path, cache: Path, repo_id: str, paths: list[str]) -> None:
@@ -58,6 +58,7 @@ def gate(project: Path, cache: Path, *more: str, python: str = sys.executable,
 
 
 def gpt2(folder: Path) -> Any:
+    import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)

@@ -14,15 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, default_signals, run_wlock, write_project
+from tests.conftest import Hub, default_signals, needs, run_wlock, write_project
 from wlock.lock.lockfile import read_lock
 
-torch = pytest.importorskip("torch")
+pytestmark = needs("torch")
 
 VOCAB = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ncat\nsat\non\nmat\nhello\nworld\n"
 
 
 def tiny_bert(folder: Path, *, shard: str | None = None, safetensors: bool = True) -> Path:
+    import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     torch.manual_seed(0)
@@ -174,6 +175,7 @@ def test_sentence_transformers_selection_gives_the_same_embeddings(
 
 def test_diffusers_variant_selection_loads_the_pipeline_offline(
         hub: Hub, tmp_path: Path) -> None:
+    import torch
     from diffusers import DDPMPipeline, DDPMScheduler, UNet2DModel
 
     torch.manual_seed(0)
@@ -208,6 +210,7 @@ def test_diffusers_variant_selection_loads_the_pipeline_offline(
 
 def test_an_adapter_and_its_base_load_offline_under_wlock_run(
         hub: Hub, tmp_path: Path) -> None:
+    import torch
     from peft import LoraConfig, get_peft_model
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -424,6 +427,7 @@ def test_an_adapter_whose_base_is_a_local_folder_is_locked_with_the_base_named(
     """adapter_config.json names the folder it was trained from (`outputs/llama-base`): the
     add says so, naming the file and the key, and `--base` names the base on the entry;
     then both load offline, as a load of the full repos does."""
+    import torch
     from peft import LoraConfig, get_peft_model
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -490,6 +494,7 @@ def test_a_variants_index_is_locked_with_its_shards_and_loads_offline(
         hub: Hub, tmp_path: Path) -> None:
     """save_pretrained(variant="fp16") beside the default, both sharded: `--variant fp16`
     locks the fp16 index and exactly the shards it names, never the default's."""
+    import torch
     from transformers import AutoModel
 
     folder = tiny_bert(tmp_path / "full", shard="20KB")
@@ -607,6 +612,7 @@ def test_a_single_diffusers_component_is_locked_and_loads_offline(hub: Hub, tmp_
     it, with an fp16 variant and a pickle copy beside it): locked by the diffusers loader
     (it was refused: "no model_index.json"), one format of the weights, and loaded offline
     by its class at the locked commit with the full save's tensors."""
+    import torch
     from diffusers import AutoencoderKL
 
     torch.manual_seed(0)
@@ -639,6 +645,7 @@ def test_sparse_and_cross_encoders_are_locked_and_give_the_same_scores(
     sentence-transformers' own `save` writes them, beside the exports real repos carry:
     locked with the default loader, synced, and loaded offline by their classes at the locked
     commit, giving the full save's outputs."""
+    import torch
     from sentence_transformers import CrossEncoder, SparseEncoder
     from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
     from transformers import BertConfig, BertForMaskedLM
@@ -680,6 +687,8 @@ def test_a_speaker_file_with_a_weight_suffix_is_locked_and_loads_offline(
     and left it out, and the offline load failed. A tiny model saved by the library itself,
     with the speaker file and a pickle copy of the weights beside it: the speaker file is
     locked, the copy is not, and the model loads offline by id with its voices."""
+    import torch
+
     transformers = pytest.importorskip("transformers")
     if not hasattr(transformers, "Qwen2_5OmniForConditionalGeneration"):
         pytest.skip("this transformers has no Qwen2.5-Omni")

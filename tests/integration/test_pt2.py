@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, added, run_wlock, write_project
+from tests.conftest import Hub, added, needs, run_wlock, write_project
 
-torch = pytest.importorskip("torch")
+pytestmark = needs("torch")
 
 
 class _Payload:
@@ -32,6 +32,8 @@ class _Payload:
 
 def exported() -> bytes:
     """A tiny module, as torch.export.save writes it."""
+    import torch
+
     module = torch.nn.Linear(2, 2)
     program = torch.export.export(module, (torch.ones(1, 2),))
     out = io.BytesIO()
@@ -50,6 +52,8 @@ def rewritten(archive: bytes, change: dict[str, bytes]) -> bytes:
 
 
 def malicious(archive: bytes, where: str, marker: Path) -> bytes:
+    import torch
+
     payload = io.BytesIO()
     torch.save(_Payload(marker), payload)
     if where == "sample-inputs":

@@ -12,14 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import Hub, default_signals, run_wlock
+from tests.conftest import Hub, default_signals, needs, run_wlock
 from tests.integration.test_datasets_real import parquet, rows
 from tests.integration.test_load_gate import sentence_model
 
 ROOT = Path(__file__).resolve().parents[2]
-pytest.importorskip("sentence_transformers")
+pytestmark = needs("sentence_transformers")
 
 
 def section(name: str) -> str:

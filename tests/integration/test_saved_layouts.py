@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Hub, run_wlock
+from tests.conftest import Hub, needs, run_wlock
 from tests.integration import test_datasets_real as data
 from tests.integration.test_load_gate_breakages import gpt2
 from tests.integration.test_loaders_real import (
@@ -30,7 +30,7 @@ from tests.integration.test_loaders_real import (
 )
 from wlock.lock.lockfile import read_lock
 
-torch = pytest.importorskip("torch")
+pytestmark = needs("torch")
 
 
 def test_a_merged_model_uploaded_with_its_lora_files_loads_offline(hub: Hub, tmp_path: Path
@@ -39,6 +39,7 @@ def test_a_merged_model_uploaded_with_its_lora_files_loads_offline(hub: Hub, tmp
     is there, on the base it names: the adapter's weights and that base are locked, and it
     loads by id under `wlock run`. Seen failing with adapter_model.safetensors left out (the
     load's OSError)."""
+    import torch
     from peft import LoraConfig, get_peft_model
 
     base = gpt2(tmp_path / "base")
@@ -79,6 +80,7 @@ def test_peft_selected_adapters_saved_alone_load_offline(hub: Hub, tmp_path: Pat
     was refused: "no adapter_config.json"), the gate loads it, and it loads under `wlock
     run` from the synced snapshot's folder. (By id with `subfolder="second"`, peft 0.21
     asks for `second/second/adapter_model.safetensors`, online as offline: its bug.)"""
+    import torch
     from peft import LoraConfig, get_peft_model
 
     base = gpt2(tmp_path / "base")
@@ -123,6 +125,7 @@ def test_the_older_autogptq_layout_keeps_the_weights_its_config_names(hub: Hub, 
     `save_quantized` writes, quantize_config.json as it writes it) and its weights are read
     back offline by safetensors, the reader `from_quantized` loads them with. Seen failing
     with the weights left out."""
+    import torch
     from safetensors.torch import save_file
 
     folder = tiny_bert(tmp_path / "gptq")
@@ -158,6 +161,7 @@ def test_the_autoawq_layout_keeps_its_weights_and_quantization_config(hub: Hub, 
     quantize, so the layout is built byte-faithful to its save (those names, dtypes and
     config keys), locked with the default flags, and read back offline by safetensors, the
     reader transformers' AWQ loader hands them to."""
+    import torch
     from safetensors.torch import save_file
 
     folder = tiny_bert(tmp_path / "awq")

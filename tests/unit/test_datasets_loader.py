@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import needs
 from wlock.lock.loaders import LoaderProblem, Options, detect_loader, select
 from wlock.lock.loaders.datasets import split_names, usable
 from wlock.models import LockedFile
 
-datasets = pytest.importorskip("datasets")
+pytestmark = needs("datasets")
 
 TWO_CONFIGS = """---
 configs:
@@ -123,6 +124,8 @@ def by_the_library(folder: Path, config: str | None, split: str | None,
                    data_dir: str | None = None) -> set[str]:
     """The files `load_dataset(folder, config, split=split)` reads, as the library resolves
     them."""
+    import datasets
+
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     builder = datasets.load_dataset_builder(str(folder), config, data_dir=data_dir)
     wanted = split_names(split) if split else list(builder.config.data_files)
@@ -233,6 +236,7 @@ def test_add_picks_the_datasets_loader_when_the_card_or_the_layout_allow() -> No
 
 def test_the_builder_table_is_the_installed_librarys() -> None:
     """MODULE_EXTENSIONS is copied from datasets.packaged_modules: the guard against drift."""
+    import datasets
     from datasets.packaged_modules import _ALL_METADATA_FILENAMES, _EXTENSION_TO_MODULE
 
     from wlock.lock.loaders.datasets import METADATA_FILENAMES, MODULE_EXTENSIONS

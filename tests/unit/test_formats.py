@@ -10,20 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from wlock.models import FormatScan
-from wlock.scan import ScanLimits, is_format_judged, judge_file, judge_formats
-from wlock.scan.keras import code_in
-from wlock.scan.onnx import escapes_folder
-
-pytest.importorskip("keras")
-pytest.importorskip("onnx")
-
+from tests.conftest import needs
 from tests.format_corpus import (
     KERAS_BENIGN,
     KERAS_MALICIOUS,
     ONNX_BENIGN,
     ONNX_MALICIOUS,
 )
+from wlock.models import FormatScan
+from wlock.scan import ScanLimits, is_format_judged, judge_file, judge_formats
+from wlock.scan.keras import code_in
+from wlock.scan.onnx import escapes_folder
+
+pytestmark = needs("keras", "onnx")
 
 
 def judged(path: Path, name: str | None = None) -> tuple[FormatScan, ...]:
