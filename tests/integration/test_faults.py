@@ -22,13 +22,10 @@ from wlock.cache.transfer import Transfer
 from wlock.errors import HubError
 from wlock.lock.lockfile import read_lock
 
-# The download path's faults: decided by wlock's engines (hf_transfer 0.1.9 and hf_xet 1.8.0,
-# the same releases on both stacks; httpx2 2.16 and 2.17, one minor apart). The faults of the
-# Hub's API, which huggingface_hub's client meets for lock and add, are test_api_faults.py's,
-# run on both stacks.
 pytestmark = pytest.mark.newest_only(
-    "the download path's faults, in wlock's own engines over hf_transfer and hf_xet (the same "
-    "releases on both stacks); the API's, decided by huggingface_hub, are test_api_faults.py's")
+    "the download path's faults, in wlock's own engines over hf_transfer 0.1.9 and hf_xet 1.8.0 "
+    "(the same releases on both stacks; httpx2 one minor apart); the API's, decided by "
+    "huggingface_hub's client, are test_api_faults.py's, run on both")
 
 SHARD = LARGE_FILE + 1024 * 1024  # just above the threshold: through hf_transfer workers
 TIMEOUT = 2.0
