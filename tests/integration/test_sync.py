@@ -39,6 +39,14 @@ from wlock.models import LockedRepo
 
 BIG = 24 * 1024 * 1024  # above transfer.LARGE_FILE: goes through hf_transfer
 
+# Most of this module is wlock's own sync: its engines over hf_transfer 0.1.9 and hf_xet 1.8.0
+# (the same releases on both stacks), its leases, temp files and reports. Those run on the
+# newest stack; the tests whose judge is huggingface_hub's own reading of the cache
+# (hf_hub_download, snapshot_download, scan_cache_dir offline) run on both.
+OWN_SYNC = pytest.mark.newest_only(
+    "wlock's own sync over hf_transfer and hf_xet (the same releases on both stacks); the "
+    "tests judged by huggingface_hub's reading of the cache run on both")
+
 
 def lock(hub: Hub, project: Path, *extra: str) -> None:
     """`wlock lock`, then the emulator's log emptied: what a test counts is its sync's (the
@@ -144,6 +152,7 @@ def test_a_fresh_machine_whose_hf_home_does_not_exist_yet(hub: Hub, tmp_path: Pa
                                   cache_dir=home / "hub", local_files_only=True)).is_dir()
 
 
+@OWN_SYNC
 def test_another_cache_gives_its_blobs_and_one_it_cannot_read_comes_from_the_hub(
     hub: Hub, tmp_path: Path
 ) -> None:
@@ -203,6 +212,7 @@ def test_another_cache_gives_its_blobs_and_one_it_cannot_read_comes_from_the_hub
     assert check(project, cache).code == 0
 
 
+@OWN_SYNC
 def test_each_source_is_asked_in_turn_before_the_hub(hub: Hub, tmp_path: Path) -> None:
     """Two --from-cache folders: a blob the first lacks, or holds with other bytes (refused
     and named), comes from the second; the Hub is asked for nothing."""
@@ -234,6 +244,7 @@ def test_each_source_is_asked_in_turn_before_the_hub(hub: Hub, tmp_path: Path) -
     assert report["fetched_files"] == 0 and hub.process.stats()["log"] == []
 
 
+@OWN_SYNC
 def test_a_locked_commit_squashed_away_upstream_names_the_commit_and_how_to_relock(
     hub: Hub, tmp_path: Path
 ) -> None:
@@ -260,6 +271,7 @@ def test_a_locked_commit_squashed_away_upstream_names_the_commit_and_how_to_relo
     assert sync(hub, project, tmp_path / "cache").code == 0
 
 
+@OWN_SYNC
 def test_a_locked_file_missing_at_its_commit_is_named_with_the_commit(
     hub: Hub, tmp_path: Path
 ) -> None:
@@ -288,6 +300,7 @@ def test_a_locked_file_missing_at_its_commit_is_named_with_the_commit(
             "longer on the Hub (404)") in done.stderr, done.stderr
 
 
+@OWN_SYNC
 def test_blobs_are_readable_by_every_user_and_writable_by_their_owner(
     hub: Hub, tmp_path: Path, big_repo: str
 ) -> None:
@@ -309,6 +322,7 @@ def test_blobs_are_readable_by_every_user_and_writable_by_their_owner(
     assert set(modes.values()) == {"0o644"}, modes
 
 
+@OWN_SYNC
 def test_second_sync_makes_no_request(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
     lock(hub, project)
@@ -321,6 +335,7 @@ def test_second_sync_makes_no_request(hub: Hub, tmp_path: Path) -> None:
     assert hub.process.stats()["requests"] == {"hub": 0, "cdn": 0}
 
 
+@OWN_SYNC
 def test_a_resumed_sync_counts_what_was_already_downloaded(hub: Hub, tmp_path: Path) -> None:
     """What an interrupted sync leaves (blobs in, the snapshot not yet linked, one blob
     missing): the next sync fetches only the missing one and says the rest were already
@@ -383,6 +398,7 @@ def test_upgrade_downloads_only_changed_files_and_relinks_the_rest(hub: Hub, tmp
     assert len(next(iter(info.repos)).revisions) == 2
 
 
+@OWN_SYNC
 def test_large_files_go_through_hf_transfer_and_the_cdn_never_sees_the_token(
     hub: Hub, tmp_path: Path, big_repo: str
 ) -> None:
@@ -401,6 +417,7 @@ def test_large_files_go_through_hf_transfer_and_the_cdn_never_sees_the_token(
     assert not list((cache).rglob("*.wlock-incomplete"))
 
 
+@OWN_SYNC
 @pytest.mark.parametrize("fault", ["corrupt", "truncate"])
 def test_a_bad_body_is_refused_then_retried(hub: Hub, tmp_path: Path, big_repo: str,
                                             fault: str) -> None:
@@ -423,6 +440,7 @@ def test_a_bad_body_is_refused_then_retried(hub: Hub, tmp_path: Path, big_repo: 
     assert check(project, cache).code == 0
 
 
+@OWN_SYNC
 def test_bytes_other_than_the_lock_names_are_refused_whichever_way_their_hash_sorts(
     hub: Hub, tmp_path: Path
 ) -> None:
@@ -508,6 +526,7 @@ def test_a_repo_that_fails_leaves_the_others_complete_with_their_refs(
     assert list((failed / "snapshots").iterdir()) == []
 
 
+@OWN_SYNC
 def test_gated_repo_with_and_without_token(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/gated-llama"\n')
     # Locked with access (a gated repo's configs, read for remote code, need it), then
@@ -530,6 +549,7 @@ def test_gated_repo_with_and_without_token(hub: Hub, tmp_path: Path) -> None:
     assert check(project, cache).code == 0
 
 
+@OWN_SYNC
 def test_a_failed_repo_leaves_the_repos_before_it_complete(hub: Hub, tmp_path: Path) -> None:
     """One repo's file fails: only that repo's snapshot is held back. A repo that sorts
     before it (here acme/tiny-bert, before test/...) is linked and its ref written."""
@@ -553,6 +573,7 @@ def test_a_failed_repo_leaves_the_repos_before_it_complete(hub: Hub, tmp_path: P
     assert not (held / "refs" / "main").exists()
 
 
+@OWN_SYNC
 def test_each_cause_of_a_failed_sync_is_said_once_in_its_own_words(
     hub: Hub, tmp_path: Path
 ) -> None:
@@ -654,6 +675,7 @@ def _running(pid: str) -> bool:
         return False
 
 
+@OWN_SYNC
 def test_full_disk_exits_6_before_any_byte(hub: Hub, tmp_path: Path, big_repo: str) -> None:
     with tmpfs(tmp_path / "tiny", "4m") as mount:
         project = write_project(tmp_path / "p", f'[[model]]\nid = "{big_repo}"\n')
@@ -669,6 +691,7 @@ def test_full_disk_exits_6_before_any_byte(hub: Hub, tmp_path: Path, big_repo: s
         assert hub.process.stats()["requests"] == {"hub": 0, "cdn": 0}
 
 
+@OWN_SYNC
 def test_check_reports_every_kind_of_problem(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
     lock(hub, project)
@@ -720,6 +743,7 @@ def test_check_reports_every_kind_of_problem(hub: Hub, tmp_path: Path) -> None:
     assert "note:" not in after.stderr  # the ref is this lock's again
 
 
+@OWN_SYNC
 def test_check_finds_a_blob_longer_than_the_lock_says_by_its_size(
     hub: Hub, tmp_path: Path
 ) -> None:
@@ -741,6 +765,7 @@ def test_check_finds_a_blob_longer_than_the_lock_says_by_its_size(
                              f"{config.size} bytes, found {config.size + 1} bytes\n")
 
 
+@OWN_SYNC
 def test_check_reads_a_snapshot_of_plain_files_as_a_cache_without_symlinks_has(
     hub: Hub, tmp_path: Path
 ) -> None:
@@ -765,6 +790,7 @@ def test_check_reads_a_snapshot_of_plain_files_as_a_cache_without_symlinks_has(
         f"{config.etag}"), result.stdout
 
 
+@OWN_SYNC
 def test_sync_replaces_a_blob_longer_or_shorter_than_the_lock_says_without_verify(
     hub: Hub, tmp_path: Path
 ) -> None:
@@ -786,6 +812,7 @@ def test_sync_replaces_a_blob_longer_or_shorter_than_the_lock_says_without_verif
     assert check(project, cache).code == 0
 
 
+@OWN_SYNC
 def test_verify_plans_each_repo_and_counts_each_file_once(hub: Hub, tmp_path: Path) -> None:
     """`sync --verify` over two repos, the first whole, the second with three links to
     make, one of them to a blob with wrong bytes, and two more wrong blobs in place: every
@@ -816,6 +843,7 @@ def test_verify_plans_each_repo_and_counts_each_file_once(hub: Hub, tmp_path: Pa
     assert check(project, cache).code == 0
 
 
+@OWN_SYNC
 def test_locked_and_frozen(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n')
     lock(hub, project)
@@ -835,6 +863,7 @@ def test_locked_and_frozen(hub: Hub, tmp_path: Path) -> None:
     assert both.code == 2
 
 
+@OWN_SYNC
 def test_read_only_cache_exits_6(hub: Hub, tmp_path: Path) -> None:
     with tmpfs(tmp_path / "ro", "8m") as mount:
         read_only(mount)
@@ -848,6 +877,7 @@ def test_read_only_cache_exits_6(hub: Hub, tmp_path: Path) -> None:
         )
 
 
+@OWN_SYNC
 def test_a_read_only_locks_folder_only_costs_the_locks(hub: Hub, tmp_path: Path) -> None:
     """`.locks` on a filesystem this sync cannot write (another user's, read-only) while
     the blobs can be: no flock can be probed there, so the blobs are claimed and a dead
@@ -869,6 +899,7 @@ def test_a_read_only_locks_folder_only_costs_the_locks(hub: Hub, tmp_path: Path)
         assert check(project, cache).code == 0
 
 
+@OWN_SYNC
 def test_transient_failures_are_retried(hub: Hub, tmp_path: Path, big_repo: str) -> None:
     project = write_project(tmp_path / "p", f'[[model]]\nid = "{big_repo}"\n\n'
                             '[[model]]\nid = "acme/tiny-bert"\n')
@@ -910,6 +941,7 @@ def _small_files_locked(hub: Hub, tmp_path: Path, stem: str, files: int) -> tupl
     return repo_id, project
 
 
+@OWN_SYNC
 def test_small_files_take_one_round_trip_once_the_redirect_is_known(
     hub: Hub, tmp_path: Path
 ) -> None:
@@ -922,6 +954,7 @@ def test_small_files_take_one_round_trip_once_the_redirect_is_known(
     assert check(project, tmp_path / "cache").code == 0
 
 
+@OWN_SYNC
 def test_small_lfs_files_never_take_the_git_files_shortcut(hub: Hub, tmp_path: Path) -> None:
     """The shortcut learned from the redirects of a commit's git files is for git files:
     an LFS file of the same commit, small or not, always asks /resolve (where the Hub
@@ -947,6 +980,7 @@ def test_small_lfs_files_never_take_the_git_files_shortcut(hub: Hub, tmp_path: P
     assert check(project, tmp_path / "cache").code == 0
 
 
+@OWN_SYNC
 @pytest.mark.parametrize("status", [400, 404])
 def test_a_cache_url_that_is_refused_falls_back_to_resolve(
     hub: Hub, tmp_path: Path, status: int
@@ -964,6 +998,7 @@ def test_a_cache_url_that_is_refused_falls_back_to_resolve(
     assert check(project, tmp_path / "cache").code == 0
 
 
+@OWN_SYNC
 def test_a_rate_limited_cache_url_is_retried_not_given_up(hub: Hub, tmp_path: Path) -> None:
     """A 429 where small files are served directly is the Hub asking to wait, not a sign
     that the URL is wrong: the file is retried there, and the others keep the short way."""
@@ -979,6 +1014,7 @@ def test_a_rate_limited_cache_url_is_retried_not_given_up(hub: Hub, tmp_path: Pa
     assert check(project, tmp_path / "cache").code == 0
 
 
+@OWN_SYNC
 def test_persistent_server_errors_give_up_with_exit_5(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n'
                             'include = ["config.json"]\n')
@@ -995,6 +1031,7 @@ def test_persistent_server_errors_give_up_with_exit_5(hub: Hub, tmp_path: Path) 
     assert [e["status"] for e in asked] == [503] * MAX_ATTEMPTS  # then it gives up
 
 
+@OWN_SYNC
 def test_ctrl_c_stops_transfers_in_flight(hub: Hub, tmp_path: Path, big_repo: str) -> None:
     project = write_project(tmp_path / "p", f'[[model]]\nid = "{big_repo}"\n')
     lock(hub, project)
@@ -1012,6 +1049,7 @@ def test_ctrl_c_stops_transfers_in_flight(hub: Hub, tmp_path: Path, big_repo: st
     assert check(project, cache).code == 0
 
 
+@OWN_SYNC
 def test_ctrl_c_leaves_the_queued_files_alone(hub: Hub, tmp_path: Path, big_repo: str) -> None:
     """Ctrl-C while the first shard downloads (--jobs 1): the shard queued behind it is not
     taken after all, though another cache (--from-cache) could give it at once: a stopped
@@ -1042,6 +1080,7 @@ def test_ctrl_c_leaves_the_queued_files_alone(hub: Hub, tmp_path: Path, big_repo
     assert not list(cache.rglob("*.wlock-incomplete"))
 
 
+@OWN_SYNC
 def test_ctrl_c_stops_a_sync_waiting_for_another_writers_download(
     hub: Hub, tmp_path: Path, big_repo: str
 ) -> None:
@@ -1103,6 +1142,7 @@ def _open_files(pid: int) -> set[str]:
         return set()
 
 
+@OWN_SYNC
 def test_json_reports_for_scripts(hub: Hub, tmp_path: Path) -> None:
     project = write_project(tmp_path / "p", '[[model]]\nid = "acme/tiny-bert"\n'
                             'include = ["*.json", "*.safetensors"]\n')
@@ -1124,6 +1164,7 @@ def test_json_reports_for_scripts(hub: Hub, tmp_path: Path) -> None:
     assert again["repos"][0]["present"] == 3 and again["repos"][0]["ref"] is None
 
 
+@OWN_SYNC
 def test_progress_obeys_hf_hub_disable_progress_bars(
     hub: Hub, tmp_path: Path, big_repo: str
 ) -> None:
@@ -1138,6 +1179,7 @@ def test_progress_obeys_hf_hub_disable_progress_bars(
     assert "safetensors" not in hidden.stderr
 
 
+@OWN_SYNC
 @pytest.mark.parametrize("edit", [1, -1])
 @pytest.mark.parametrize("path", ["config.json", "model.safetensors"])  # git-sha1, sha256
 def test_a_hand_edited_size_is_named_as_the_locks_fault(
@@ -1163,6 +1205,7 @@ def test_a_hand_edited_size_is_named_as_the_locks_fault(
     assert "proxy" not in result.stderr
 
 
+@OWN_SYNC
 def test_a_sync_of_many_files_holds_few_descriptors(hub: Hub, tmp_path: Path) -> None:
     """Each blob's download lock is a descriptor, closed (and its flock released) when the
     blob is done: a sync of thousands of files stays within a process's default limit of
