@@ -178,13 +178,13 @@ def write_record(path: Path, measured: dict[str, float], smoke: bool) -> None:
                                 "figure's ratio with this one, failing"))
         doc.add(tomlkit.comment("past its margin (a fraction of the ratio). Written by "
                                 "`python bench/gate.py --record`."))
+    run = f"{commit()} on {time.strftime('%Y-%m-%d')}, {machine()}{', smoke' if smoke else ''}"
     for name, ratio in measured.items():
         table = doc.get(name) or tomlkit.table()
         table["ratio"] = round(ratio, 3)
         table["better"] = FIGURES[name].better
         table.setdefault("margin", MARGIN[name])
-        table["run"] = (f"{commit()} on {time.strftime('%Y-%m-%d')}, {machine()}"
-                        f"{', smoke' if smoke else ''}")
+        table["run"] = run
         doc[name] = table
     path.write_text(tomlkit.dumps(doc))
 
