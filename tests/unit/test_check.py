@@ -4,6 +4,7 @@ wrong blob reported for every file that uses it, the last batch included."""
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,38 @@ def test_very_many_tiny_files_are_hashed_in_processes_with_the_same_verdicts(
         assert digest == hash_file(path, kind)
     assert isinstance(digests[-1], FileNotFoundError)
     assert sum(seen) == sum(size for _, _, size in items)
+
+
+@pytest.mark.parametrize("size", [1024 * 1024, 16 * 2**20, 2 * 16 * 2**20 + 12345])
+def test_a_large_file_hashes_whole_across_its_windows(tmp_path: Path, size: int) -> None:
+    """hash_file maps a large file a window (CHUNK) at a time: the digest is the whole
+    file's at a window's size, across windows, and with a piece of one at the end."""
+    from wlock.hashing import hash_file
+
+    data = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    path = tmp_path / "big.safetensors"
+    path.write_bytes(data)
+    assert hash_file(path, "sha256") == hashlib.sha256(data).hexdigest()
+    blob = hashlib.sha1(b"blob %d\0" % size + data).hexdigest()
+    assert hash_file(path, "git-sha1") == blob
+
+
+def test_hashing_a_large_file_keeps_it_out_of_the_resident_size(tmp_path: Path) -> None:
+    """The pages of a hashed file are mapped a window at a time and unmapped after it: the
+    process's peak resident size grows by about a window, not by the file (a whole file
+    mapped at once shows all of it: 256 MiB here)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "big.safetensors"
+    with open(path, "wb") as f:
+        for _ in range(16):
+            f.write(os.urandom(16 * 2**20))
+    script = ("import resource, sys; from wlock.hashing import hash_file\n"
+              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+              "hash_file(sys.argv[1], 'sha256')\n"
+              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)")
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True,
+                          text=True, check=True)
+    grown_kib = int(done.stdout)
+    assert grown_kib < 64 * 1024, f"the peak resident size grew by {grown_kib} KiB"
