@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from wlock.cache.engines import FetchJob, Retryable, link_record
 from wlock.cache.engines.blocks import IN_FLIGHT
@@ -53,8 +52,7 @@ KNEE = 0.6
 WINDOW = 256 * 1024
 PROBE_SPAN = 3 * 1024 * 1024
 # A round trip at least this long is hidden: the probe's second round is sent while the first
-# body still arrives, its third while the second's do (Link._measure). Shorter ones save
-# nothing worth the overlap:
+# body still arrives (Link._one_then_four). Shorter ones save nothing worth the overlap:
 # at 2 ms, loopback under load (three busy loops on the 2 cores: round trips of a few ms)
 # was judged capped 5 times in 15, the four's requests going out while the one was read; at
 # 10 ms, 3 in 125, about what one stream's reader descheduled mid-body does to the rounds
@@ -111,10 +109,9 @@ def capped(one: float, four: float, again: Callable[[], float]) -> tuple[float, 
     A single stream slowed by a busy machine looks capped (seen under CI's load: 156 MB/s
     on loopback against four streams' 342; and one stream descheduled to 2.6 MB/s against
     four's 15 on a link capped as a whole, a gain of 5.7), so every gain of GAIN or more is
-    judged again against the better of two single streams, the second `again()` (asked of
-    the probe while the four arrive, so its body begins as theirs end: Link._measure): a
-    level is decisive only when confirmed (issue 59). Another single stream can only lower
-    the gain, so a gain under GAIN needs none."""
+    judged again against the better of two single streams, measured by `again()` (a round
+    trip more: 0.2 s on a link of 100 ms): a level is decisive only when confirmed (issue
+    59). Another single stream can only lower the gain, so a gain under GAIN needs none."""
     if not one or four / one >= GAIN:
         one = max(one, again())
     return one, bool(one) and four / one >= GAIN
@@ -139,26 +136,6 @@ def alone_rate(body: list[tuple[float, int]], others: list[list[tuple[float, int
     began = min((other[0][0] for other in others if other), default=math.inf)
     alone = [(t, n) for t, n in body if t < began]
     return _rate([alone]) if alone and alone[-1][1] >= size // 2 else 0.0
-
-
-def alone_after(body: list[tuple[float, int]], others: list[list[tuple[float, int]]]
-                ) -> float:
-    """The rate of `body` (arrivals as (time, bytes so far)) once it was alone: after the
-    last byte of all of `others` (the round before it, which it was sent a round trip
-    before the end of), counted from its first arrival after that. 0 where under half of it
-    came then: not measured (capped() then measures a single stream once more)."""
-    if not body:
-        return 0.0
-    ended = max((other[-1][0] for other in others if other), default=-math.inf)
-    start = next((i for i, (t, _) in enumerate(body) if t > ended), None)
-    if start is None:
-        return 0.0
-    if start == 0:
-        return _rate([body])  # wholly alone: counted as every other body is
-    base = body[start][1]
-    if body[-1][1] - base < body[-1][1] // 2:
-        return 0.0
-    return _rate([[(t, n - base) for t, n in body[start:]]])
 
 
 def bursting(body: list[tuple[float, int]]) -> bool:
@@ -304,24 +281,6 @@ class Streams:
 
 
 
-class _Due:
-    """When a probe round is due: once every body of the round before it has marked that
-    it ends within a round trip, or has ended."""
-
-    def __init__(self, bodies: int) -> None:
-        self._left = bodies
-        self._lock = threading.Lock()
-        self.event = threading.Event()
-        if not bodies:
-            self.event.set()  # the first round: at once
-
-    def mark(self) -> None:
-        with self._lock:
-            self._left -= 1
-            if self._left <= 0:
-                self.event.set()
-
-
 class Link:
     """The connections each large file gets: the probe's first choice (tune), then Streams
     following the link file by file."""
@@ -360,9 +319,9 @@ class Link:
         limit and more connections only cost CPU: keep BASE_CONNECTIONS, today's default,
         measured best on loopback (bench/sync_throughput.py). A 429 or 5xx on the probe
         halves the base (the server asks for less). The probe costs five or six ranges of
-        512 KiB, each round sent while the one before it arrives (see _measure; the sixth
-        confirms a gain, see capped()); their rate is counted from each body's first byte
-        (see _probe).
+        512 KiB in two or three round trips (see capped()), the second sent while the first
+        body arrives (see _one_then_four); their rate is counted from each body's first
+        byte (see _probe).
         """
         import httpx2
 
@@ -378,10 +337,8 @@ class Link:
                     return LinkTuning(0.0, 0.0, -(-IN_FLIGHT // max(1, files)), files,
                                       "the endpoint serves the files itself (a mirror): "
                                       "in its blocks")
-                one, four, again = self._measure(url)
-                # A second single stream not measured alone with the others (not asked,
-                # or most of it shared with the four): asked again, on its own.
-                one, more_help = capped(one, four, lambda: again or self._probe(url, 1))
+                one, four = self._one_then_four(url)
+                one, more_help = capped(one, four, lambda: self._probe(url, 1))
             except (HubError, httpx2.HTTPError, OSError, Retryable,
                     threading.BrokenBarrierError) as e:
                 status = getattr(getattr(e, "response", None), "status_code", None)
@@ -406,39 +363,24 @@ class Link:
         hf_transfer holds about three ranges per connection)."""
         return _rate(self._ranges(url, [range(streams)])[0])
 
-    def _measure(self, url: str) -> tuple[float, float, float]:
-        """One stream's rate, four's (see _probe), and a second single stream's where the
-        four's so far show a gain worth confirming (capped()); 0 where it was not asked or
-        not measured alone. Each round is sent a round trip before the one before it is due
-        to end, so that their bodies begin as it ends: the probe waits a round trip less
-        for each (20 ms of 90 at 20 ms a request; 0.1 s and more from a distant Hub). A body
-        is counted only while alone: the one up to the four's first byte, the second single
-        stream from their last (where the bodies meet early, one measured while sharing the
-        link with the four would make them look better or worse than they are)."""
-        def confirming(live: list[list[tuple[float, int]]]) -> bool:
-            single, four = list(live[0]), [list(body) for body in live[1:5]]
-            one = alone_rate(single, four, single[-1][1] if single else PROBE)
-            # Asked on three quarters of the gain: the four's last bytes may still raise it.
-            return not one or _rate(four) >= 0.75 * GAIN * one
+    def _one_then_four(self, url: str) -> tuple[float, float]:
+        """One stream's rate, then four's (see _probe), the four sent a round trip before
+        the one's body is due to end, so that their bodies begin as it ends: the probe
+        waits a round trip less (20 ms of 90 at 20 ms a request; more from a distant Hub).
+        The one is counted only up to the four's first byte: where the bodies meet early,
+        it is not measured while sharing the link with them (that would make four look
+        better than they are)."""
+        (single,), four = self._ranges(url, [range(1), range(1, 5)])
+        return alone_rate(single, four, single[-1][1] if single else PROBE), _rate(four)
 
-        (single,), four, confirm = self._ranges(
-            url, [range(1), range(1, 5), range(5, 6)], last_if=confirming)
-        again = alone_after(confirm[0], four) if confirm else 0.0
-        return (alone_rate(single, four, single[-1][1] if single else PROBE), _rate(four),
-                again)
-
-    def _ranges(self, url: str, rounds: list[range],
-                last_if: Callable[[list[list[tuple[float, int]]]], bool] | None = None
-                ) -> list[list[list[tuple[float, int]]]]:
+    def _ranges(self, url: str, rounds: list[range]) -> list[list[list[tuple[float, int]]]]:
         """Rounds of ranges of `url` (numbered, PROBE bytes apart), each body's arrivals as
         (monotonic time, bytes so far), of the part counted (settled()): PROBE bytes, or up
         to PROBE_SPAN where the first round's first body was bursting() at PROBE, its second
         half: every body reads as far (their rate is counted together, first byte of any to
-        last byte of all). A round's ranges are requested together; a round after the first
-        once every body of the one before it is due to end within a round trip (from its
-        rate so far), or has ended. With `last_if`, the last round is asked only where
-        `last_if(arrivals so far, by stream)` says so when it is due; else its bodies are
-        empty.
+        last byte of all). A round's ranges are requested together; a round after the first is
+        requested a round trip before the body of the one before it (a single range) is due
+        to end, from its rate so far, and at its end if sooner.
 
         Every stream's thread and client are made before the first request, not while a
         body is read and timed (its reader would share the interpreter with them)."""
@@ -449,83 +391,60 @@ class Link:
         # or its client, would stretch the window and hide the gain), once the round
         # before is due to end.
         together = [threading.Barrier(len(numbers)) for numbers in rounds]
-        due = [_Due(len(rounds[r - 1]) if r else 0) for r in range(len(rounds))]
+        due = [threading.Event() for _ in rounds]
+        due[0].set()
         failed: list[BaseException] = []
         span: list[int] = []  # how far each body reads, once the first one has told
-        live: list[list[tuple[float, int]]] = [[] for _ in streams]  # arrivals so far
-        asked: list[bool] = []  # whether the last round is asked (last_if), once judged
-        judging = threading.Lock()
 
-        def wanted(r: int) -> bool:
-            if last_if is None or r < len(rounds) - 1:
-                return True
-            with judging:
-                if not asked:
-                    asked.append(last_if(live))
-                return asked[0]
-
-        def get(i: int) -> list[tuple[float, int]]:
-            n, r = streams[i]
+        def get(stream: tuple[int, int]) -> list[tuple[float, int]]:
+            n, r = stream
+            client = self.route.http
+            ready.wait(10)
+            due[r].wait(10)
+            if failed:
+                raise failed[0]  # the round before failed: nothing more is asked
+            together[r].wait(10)
             following = due[r + 1] if r + 1 < len(rounds) else None
-            marked = following is None  # the next round told of this body's end, once
-
-            def mark() -> None:
-                nonlocal marked
-                if not marked:
-                    marked = True
-                    assert following is not None
-                    following.mark()
-
+            sent = time.monotonic()
+            arrivals: list[tuple[float, int]] = []
+            first = n * PROBE
             try:
-                client = self.route.http
-                ready.wait(10)
-                due[r].event.wait(10)
-                if failed:
-                    raise failed[0]  # a round before failed: nothing more is asked
-                if not wanted(r):
-                    return []
-                together[r].wait(10)
-                return read(n, client, live[i], mark)
+                with client.stream("GET", url, headers={
+                        **headers, "Range": f"bytes={first}-{first + PROBE_SPAN - 1}"},
+                        ) as response:
+                    if response.status_code >= 400:
+                        raise _probe_refused(response.status_code)
+                    trip, got, size = time.monotonic() - sent, 0, PROBE
+                    early = knee = None
+                    if trip < HIDDEN_TRIP:
+                        following = None  # the next round waits for this one's end
+                    for chunk in response.iter_raw(64 * 1024):
+                        got += len(chunk)
+                        arrivals.append((time.monotonic(), got))
+                        if got >= size and knee is None:
+                            if size == PROBE and not span:
+                                span.append(PROBE_SPAN if bursting(arrivals) else PROBE)
+                            if got >= (size := span[0] if span else size):
+                                break  # the rest unread: the connection is closed
+                            early = _rate([arrivals])  # reading on: look for the knee
+                        elif knee is None and early is not None and \
+                                (knee := _knee(arrivals, early)) is not None:
+                            size = knee + PROBE
+                        elif knee is not None and got >= size:
+                            break
+                        # Not while it comes fast: it may read on past a burst, and the
+                        # next round's bodies would share a host's cap with it.
+                        if following is not None and not following.is_set() \
+                                and len(arrivals) > 1 and _rate([arrivals]) < FAST:
+                            elapsed = arrivals[-1][0] - arrivals[0][0]
+                            if (size - got) * elapsed <= trip * got:  # left / rate <= trip
+                                following.set()
             except BaseException as e:
                 failed.append(e)
                 raise
             finally:
-                mark()  # ended (or failed): the next round is due, if it was not yet
-
-        def read(n: int, client: Any, arrivals: list[tuple[float, int]],
-                 mark: Callable[[], None]) -> list[tuple[float, int]]:
-            sent = time.monotonic()
-            first = n * PROBE
-            with client.stream("GET", url, headers={
-                    **headers, "Range": f"bytes={first}-{first + PROBE_SPAN - 1}"},
-                    ) as response:
-                if response.status_code >= 400:
-                    raise _probe_refused(response.status_code)
-                trip, got, size = time.monotonic() - sent, 0, PROBE
-                early = knee = None
-                # A short round trip: the next round waits for this body's end.
-                ahead = trip >= HIDDEN_TRIP
-                for chunk in response.iter_raw(64 * 1024):
-                    got += len(chunk)
-                    arrivals.append((time.monotonic(), got))
-                    if got >= size and knee is None:
-                        if size == PROBE and not span:
-                            span.append(PROBE_SPAN if bursting(arrivals) else PROBE)
-                        if got >= (size := span[0] if span else size):
-                            break  # the rest unread: the connection is closed
-                        early = _rate([arrivals])  # reading on: look for the knee
-                    elif knee is None and early is not None and \
-                            (knee := _knee(arrivals, early)) is not None:
-                        size = knee + PROBE
-                    elif knee is not None and got >= size:
-                        break
-                    # Not while it comes fast: it may read on past a burst, and the next
-                    # round's bodies would share a host's cap with it.
-                    if ahead and len(arrivals) > 1 and _rate([arrivals]) < FAST:
-                        elapsed = arrivals[-1][0] - arrivals[0][0]
-                        if (size - got) * elapsed <= trip * got:  # left / rate <= trip
-                            ahead = False
-                            mark()
+                if r + 1 < len(rounds):
+                    due[r + 1].set()
             return settled(arrivals, knee)
 
         # Daemon threads, joined in steps: a pool's workers are joined at the interpreter's
@@ -536,7 +455,7 @@ class Link:
 
         def run(i: int) -> None:
             try:
-                bodies[i] = get(i)
+                bodies[i] = get(streams[i])
             except BaseException as e:  # noqa: BLE001 - the caller's to raise, as pool.map's
                 errors[i] = e
 
