@@ -122,7 +122,7 @@ def test_ctrl_c_ends_a_sync_whose_small_file_is_stalled_at_once(
     # 60 s read timeout a thread in recv() would wait out.
     assert took < 10, took
     assert not list(cache.rglob("*.wlock-incomplete"))
-    assert not list(cache.glob("*/.wlock-staging/*"))
+    assert not list(cache.glob("*/.*.wlock-tmp"))
 
 
 @pytest.mark.parametrize(("location", "says"), [

@@ -638,8 +638,9 @@ def test_a_sync_that_downloads_removes_a_dead_syncs_leftovers_in_snapshots_and_r
 
 def test_cleanup_goes_on_past_a_repo_folder_without_blobs(tmp_path: Path) -> None:
     """A sync killed after making its staging folder and before its first blob leaves a
-    repo folder with no blobs/: cleanup looks in staging, the snapshot and refs all the
-    same, and removes what that dead sync left there."""
+    repo folder with no blobs/: cleanup looks in the repo folder, the snapshot and refs all
+    the same, and removes what that dead sync left there; also a staging folder an older
+    wlock left in `.wlock-staging/`, and that folder once empty."""
     from wlock.models import LockedFile, LockedRepo
 
     revision = "c" * 40
@@ -647,14 +648,18 @@ def test_cleanup_goes_on_past_a_repo_folder_without_blobs(tmp_path: Path) -> Non
                       files=(LockedFile(path="config.json", size=1, sha256="ab" * 32),))
     paths = RepoPaths.of(tmp_path / "cache", repo)
     writer = f"{HOST}.{MACHINE}-{_a_dead_pid()}.0a0b0c0d.wlock-tmp"
-    staged = paths.root / ".wlock-staging" / f".{revision}.{writer}"
-    staged.mkdir(parents=True)
+    staged = paths.root / f".{revision}.{writer}"
+    (staged / revision).mkdir(parents=True)
+    (staged / revision / "config.json").symlink_to(f"../../blobs/{'ab' * 32}")
+    legacy = paths.root / ".wlock-staging" / f".{revision}.{writer}"
+    legacy.mkdir(parents=True)
     ref = paths.root / "refs" / f".main.{writer}"
     ref.parent.mkdir()
     ref.write_text(revision)
     assert not paths.blobs.exists()
-    assert clean_stale_temps(paths, revision) == 2
-    assert not staged.exists() and not ref.exists()
+    assert clean_stale_temps(paths, revision) == 3
+    assert not staged.exists() and not ref.exists() and not legacy.parent.exists()
+    assert sorted(p.name for p in paths.root.iterdir()) == ["refs"]
 
 
 def test_a_sync_that_downloads_reclaims_dead_downloads_in_repos_it_does_not_lock(
@@ -874,10 +879,11 @@ def test_a_small_files_cut_attempt_is_taken_off_its_bar(hub: Hub, tmp_path: Path
 def test_a_staging_folder_another_user_left_unwritable_is_exit_6_naming_it(
     hub: Hub, tmp_path: Path
 ) -> None:
-    """Users sharing a cache: `.wlock-staging` (where new snapshots are built) made by one
-    user with a umask of 022 is not writable by the next. Their sync stops before fetching,
-    with a LocalError (exit 6) that names the folder, and leaves no ref behind. Root writes
-    anywhere, so the sync runs as `nobody` (effective uid, back to root after)."""
+    """Users sharing a cache: a repo folder (where new snapshots are built) made by one
+    user with a umask of 022 is not writable by the next, even where its `snapshots/` and
+    `blobs/` are. Their sync stops before fetching, with a LocalError (exit 6) that names
+    the folder, and leaves no ref behind. Root writes anywhere, so the sync runs as
+    `nobody` (effective uid, back to root after)."""
     import tempfile
 
     from wlock.cache.sync import execute_plan, plan_sync
@@ -892,9 +898,10 @@ def test_a_staging_folder_another_user_left_unwritable_is_exit_6_naming_it(
     try:
         cache.chmod(0o777)
         paths = RepoPaths.of(cache, locked.repos[0])
-        paths.root.mkdir(mode=0o777)
-        paths.root.chmod(0o777)
-        (paths.root / ".wlock-staging").mkdir(mode=0o755)  # root's, as another user's
+        for folder in ("snapshots", "blobs", "refs"):
+            (paths.root / folder).mkdir(parents=True)
+            (paths.root / folder).chmod(0o777)
+        paths.root.chmod(0o755)  # root's, as another user's
         hub.process.reset_stats()
         os.seteuid(65534)
         try:
@@ -905,8 +912,8 @@ def test_a_staging_folder_another_user_left_unwritable_is_exit_6_naming_it(
         message = str(excinfo.value)
         assert excinfo.value.exit_code == ExitCode.LOCAL
         assert "Permission denied" in message
-        assert f"({paths.root / '.wlock-staging'}/" in message, message
-        assert not (paths.root / "refs").exists()
+        assert f"({paths.root}/.{locked.repos[0].revision}." in message, message
+        assert not list((paths.root / "refs").iterdir())
         assert not [e for e in hub.process.stats()["log"] if "/resolve/" in e["path"]]
     finally:
         shutil.rmtree(cache)

@@ -121,7 +121,7 @@ def test_fresh_sync_is_what_huggingface_hub_reads_offline(hub: Hub, tmp_path: Pa
     assert next(iter(revisions["acme/tiny-squad"].revisions)).refs == frozenset({"v1.0"})
     # A filtered set must never get a trees/<commit>.json, which huggingface_hub trusts forever.
     assert not list(cache.glob("*/trees"))
-    # Nothing of wlock's own is left in the repo folders (an empty .wlock-staging/ was).
+    # Nothing of wlock's own is left in the repo folders (its staging folders are gone).
     assert {p.name for repo in cache.glob("*s--*") for p in repo.iterdir()} == {
         "blobs", "refs", "snapshots"}
 
@@ -487,7 +487,7 @@ def test_persistently_corrupt_bytes_fail_with_exit_1_and_never_enter_the_cache(
     # half-linked folder as the revision, and the half it built is gone with the sync (not
     # left for a later sync to clean up). The good blob is kept for the next sync.
     assert list((repo / "snapshots").iterdir()) == []
-    assert not (repo / ".wlock-staging").exists()  # nor its empty folder
+    assert not list(repo.glob(".*.wlock-tmp"))  # nor the folder it was built in
     config = next(f for f in read_lock(project / "weights.lock").repos[0].files
                   if f.path == "config.json")
     assert (repo / "blobs" / config.etag).is_file()
@@ -1043,7 +1043,7 @@ def test_ctrl_c_stops_transfers_in_flight(hub: Hub, tmp_path: Path, big_repo: st
     assert proc.returncode == 130
     assert err.endswith("Aborted.\n") and "Traceback" not in err
     assert not list(cache.rglob("*.wlock-incomplete"))
-    assert not list(cache.glob("*/.wlock-staging/*"))  # the snapshot it was building too
+    assert not list(cache.glob("*/.*.wlock-tmp"))  # the snapshot it was building too
     hub.process.faults()
     assert sync(hub, project, cache).code == 0
     assert check(project, cache).code == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 import tempfile
@@ -339,30 +340,68 @@ def test_files_failing_with_the_same_words_after_their_names_are_one_cause() -> 
     assert failed.exit_code == ExitCode.LOCAL
 
 
-def test_a_stale_handle_while_making_a_staging_folder_is_tried_again(
+def test_a_stale_handle_while_renaming_a_snapshot_into_place_is_tried_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """JuiceFS answered one sync of eight "Stale file handle" when it made its staging
-    folder (its cached entry for .wlock-staging had gone stale): the mkdir is tried again
-    and the sync goes on; any other error is raised at once. No local filesystem says
-    ESTALE on purpose, so os.mkdir says it once here."""
-    from wlock.cache.layout import _mkdir_past_stale_handles
+    """A network filesystem may answer "Stale file handle" (ESTALE) for a folder while its
+    cached entry outlives another node's change: the rename is tried again and goes on;
+    any other error is raised at once. No local filesystem says ESTALE on purpose, so
+    os.rename says it once here."""
+    from wlock.cache.layout import past_stale_handles
 
-    real_mkdir = os.mkdir
+    real_rename = os.rename
     calls: list[str] = []
 
-    def stale_once(path: str, *args: int) -> None:
-        calls.append(str(path))
+    def stale_once(src: str, dst: str) -> None:
+        calls.append(str(src))
         if len(calls) == 1:
-            raise OSError(errno.ESTALE, "Stale file handle", str(path))
-        real_mkdir(path, *args)
+            raise OSError(errno.ESTALE, "Stale file handle", str(src))
+        real_rename(src, dst)
 
-    monkeypatch.setattr(os, "mkdir", stale_once)
-    _mkdir_past_stale_handles(tmp_path / "staging")
-    assert (tmp_path / "staging").is_dir() and len(calls) == 2
-    with pytest.raises(FileExistsError):
-        _mkdir_past_stale_handles(tmp_path / "staging")
+    (tmp_path / "staging").mkdir()
+    monkeypatch.setattr(os, "rename", stale_once)
+    past_stale_handles(lambda: os.rename(tmp_path / "staging", tmp_path / "snapshot"))
+    assert (tmp_path / "snapshot").is_dir() and len(calls) == 2
+    with pytest.raises(FileNotFoundError):
+        past_stale_handles(lambda: os.rename(tmp_path / "staging", tmp_path / "snapshot"))
     assert len(calls) == 3  # not tried again
+
+
+def test_two_syncs_building_one_snapshot_share_no_folder_and_leave_nothing(
+    tmp_path: Path
+) -> None:
+    """Two syncs build the same new snapshot at once; one fails and discards what it built
+    while the other finishes. Each builds in a folder of its own directly in the repo folder
+    (no folder that syncs share and the last removes: on a network filesystem a node made
+    its staging in such a folder just removed by another node, "Stale file handle"), and
+    neither leaves anything of wlock's in the repo folder."""
+    from wlock.cache.layout import RepoPaths, SnapshotBuild
+    from wlock.models import LockedFile, LockedRepo
+
+    data = b"{}"
+    files = (LockedFile(path="config.json", size=2, sha256=hashlib.sha256(data).hexdigest()),
+             LockedFile(path="sub/extra.json", size=2,
+                        sha256=hashlib.sha256(data).hexdigest()))
+    repo = LockedRepo(kind="model", id="acme/x", requested="main", revision="c" * 40,
+                      files=files)
+    paths = RepoPaths.of(tmp_path / "cache", repo)
+    first, second = (SnapshotBuild(RepoPaths.of(tmp_path / "cache", repo), repo.revision,
+                                   files) for _ in range(2))
+    assert first.staging and second.staging
+    for build in (first, second):
+        assert build.staging.parent.parent == paths.root  # its own folder, in the repo's
+    assert first.staging.parent != second.staging.parent
+    paths.blobs.mkdir()
+    (paths.blobs / files[0].etag).write_bytes(data)
+    first.add(files[0])
+    second.add(files[1])
+    first.discard()
+    second.finish()
+    snapshot = paths.snapshot(repo.revision)
+    assert {p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*.json")} == {
+        "config.json", "sub/extra.json"}
+    assert (snapshot / "config.json").read_bytes() == data
+    assert sorted(p.name for p in paths.root.iterdir()) == ["blobs", "snapshots"]
 
 
 @pytest.mark.parametrize("env", [

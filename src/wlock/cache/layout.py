@@ -45,9 +45,9 @@ from wlock.models import LockedFile, LockedRepo, RepoKind
 
 TEMP_SUFFIX = ".wlock-incomplete"
 LINK_TEMP_SUFFIX = ".wlock-tmp"
-# Snapshots are built here, beside `snapshots/` at the same depth (so the same relative link
-# targets work), and renamed into place: huggingface_hub's cache scan never looks in it.
-STAGING = ".wlock-staging"
+# Older wlock built snapshots in this one folder, shared by every sync of the repo; its
+# leftovers are still cleaned (RepoPaths.staging says where new ones are built, and why).
+LEGACY_STAGING = ".wlock-staging"
 
 
 
@@ -124,7 +124,15 @@ class RepoPaths:
         return self.root / "refs" / name
 
     def staging(self, revision: str) -> Path:
-        return temp_path_for(self.root / STAGING / revision, LINK_TEMP_SUFFIX)
+        """Where this sync builds `snapshots/<revision>`: `<revision>` inside a folder of its
+        own in the repo folder, `.<revision>.<writer>.wlock-tmp/`, at the depth of
+        `snapshots/` (the same relative link targets work there) and out of
+        huggingface_hub's cache scan. Nothing else writes in that folder and nobody removes
+        the repo folder it is in: a folder shared by every sync and removed by the last
+        (as `.wlock-staging/` was) raced on a network filesystem, where one node made its
+        staging inside the copy another node had just removed (JuiceFS keeps a removed
+        folder's entry cached for a second) and failed with "Stale file handle"."""
+        return temp_path_for(self.root / revision, LINK_TEMP_SUFFIX) / revision
 
 
 def folder_problem(paths: RepoPaths, folder: Path) -> str | None:
@@ -403,9 +411,9 @@ T = TypeVar("T")
 def past_stale_handles(operation: Callable[[], T]) -> T:
     """`operation()`, tried again while a network filesystem says a folder on its way went
     stale (ESTALE: JuiceFS, NFS), as its cached entry for a folder other nodes remove and
-    make again can: each try looks the path up anew. Seen: one sync of eight on two JuiceFS
-    mounts failed with "Stale file handle" at its staging folder, three tries in 0.15 s
-    being less than the mount's 1 s entry cache."""
+    make again can: each try looks the path up anew. Kept for the rename of a snapshot into
+    `snapshots/`; the staging folders that first met it, inside a folder every sync shared
+    and the last removed, no longer exist (RepoPaths.staging)."""
     delay, deadline = 0.05, time.monotonic() + STALE_PATIENCE
     while True:
         try:
@@ -415,20 +423,6 @@ def past_stale_handles(operation: Callable[[], T]) -> T:
                 raise
             time.sleep(delay)
             delay *= 2
-
-
-def _mkdir_past_stale_handles(folder: Path) -> None:
-    """os.mkdir, past stale handles, and again when another sync removed the empty
-    `.wlock-staging/` just now (discard)."""
-    for attempt in range(3):
-        try:
-            past_stale_handles(lambda: os.mkdir(folder))
-            return
-        except FileNotFoundError:
-            if attempt == 2:
-                raise
-            with contextlib.suppress(FileExistsError):
-                past_stale_handles(lambda: os.mkdir(folder.parent))
 
 
 class SnapshotBuild:
@@ -449,11 +443,15 @@ class SnapshotBuild:
         self._lease = contextlib.ExitStack()
         if not os.path.lexists(self.snapshot):
             staging = paths.staging(revision)
-            make_folder(paths, staging.parent)
-            _mkdir_past_stale_handles(staging)
-            paths.verified.add(str(staging))
+            os.mkdir(staging.parent)  # in the repo folder make_folder made above
+            self._lease.enter_context(LEASES.hold(staging.parent))  # it may live for hours
             self.staging = staging
-            self._lease.enter_context(LEASES.hold(staging))  # it may live for hours
+            try:
+                os.mkdir(staging)
+            except BaseException:
+                self.discard()
+                raise
+            paths.verified.update((str(staging.parent), str(staging)))
         self._added: set[str] = set()
         self._lock = threading.Lock()
 
@@ -490,12 +488,8 @@ class SnapshotBuild:
 
     def discard(self) -> None:
         if self.staging is not None:
-            if os.path.lexists(self.staging):
-                shutil.rmtree(self.staging, ignore_errors=True)
-            # .wlock-staging/ itself, once no sync builds in it: a cache we leave looks as
-            # huggingface_hub's own (another sync's staging keeps it: ENOTEMPTY).
-            with contextlib.suppress(OSError):
-                os.rmdir(self.staging.parent)
+            # The folder of this sync's own (what it built, if the rename did not take it).
+            shutil.rmtree(self.staging.parent, ignore_errors=True)
         self.staging = None
         self._lease.close()
 
@@ -521,23 +515,35 @@ def clean_stale_temps(paths: RepoPaths, revision: str, *, deep: bool = True) -> 
     the big leftovers are (blobs/ and staging), cheap enough for a sync with nothing to do."""
     removed = 0
     now = time.time()
-    folders = [paths.blobs, paths.root / STAGING]
+    legacy = paths.root / LEGACY_STAGING
+    folders = [paths.blobs, legacy]
     if deep:
         folders += [paths.snapshot(revision), paths.root / "refs"]
-    for folder in folders:
-        if folder_problem(paths, folder) is not None or not os.path.isdir(folder):
+    for entry in _leftover_candidates(paths, folders):
+        if not entry.name.endswith((TEMP_SUFFIX, LINK_TEMP_SUFFIX)):
             continue
-        for entry in _walk(str(folder)):
-            if not entry.name.endswith((TEMP_SUFFIX, LINK_TEMP_SUFFIX)):
-                continue
-            if _stale(paths, entry.name, entry.path, now):
-                with contextlib.suppress(FileNotFoundError):
-                    if entry.is_dir(follow_symlinks=False):
-                        shutil.rmtree(entry.path)
-                    else:
-                        os.unlink(entry.path)
-                    removed += 1
+        if _stale(paths, entry.name, entry.path, now):
+            with contextlib.suppress(FileNotFoundError):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+                removed += 1
+    if folder_problem(paths, legacy) is None:
+        with contextlib.suppress(OSError):  # once empty (a live older sync's staging keeps it)
+            os.rmdir(legacy)
     return removed
+
+
+def _leftover_candidates(paths: RepoPaths, folders: list[Path]) -> Iterator[os.DirEntry[str]]:
+    """The repo folder's own entries (staging folders sit there), then every entry under
+    each of `folders` that is a real folder inside the cache."""
+    if folder_problem(paths, paths.root) is None and os.path.isdir(paths.root):
+        with os.scandir(paths.root) as entries:
+            yield from list(entries)
+    for folder in folders:
+        if folder_problem(paths, folder) is None and os.path.isdir(folder):
+            yield from _walk(str(folder))
 
 
 def clean_other_repos(cache_dir: Path, skip: set[Path]) -> None:
