@@ -175,8 +175,9 @@ def test_without_working_locks_the_race_is_still_correct(
 def test_a_node_killed_in_its_own_pid_namespace_is_reclaimed_after_its_lease(
     hub: Hub, tmp_path: Path, volume: Volume
 ) -> None:
-    """Containers share hostnames and pids: a killed node's temp files are judged by their
-    lease, never by a pid looked up in another namespace; a live one's are never touched."""
+    """Containers share hostnames and pids: a killed node's temp files and the folder it
+    built its snapshot in are judged by their lease, never by a pid looked up in another
+    namespace; a live one's are never touched."""
     if shutil.which("unshare") is None:
         pytest.skip("unshare (util-linux) is not installed")
     project = sharded_project(hub, tmp_path, shards=2, small=2)
@@ -189,6 +190,8 @@ def test_a_node_killed_in_its_own_pid_namespace_is_reclaimed_after_its_lease(
     hub.process.faults({"action": "delay", "match": "/objects/", "delay_ms": 8000})
     slow = start_sync(hub, project, volume.nodes[0] / "hf", lease, in_namespace)
     temps = wait_for_temps(blobs, slow, repo)
+    staging = list(blobs.parent.glob(".*.wlock-tmp"))
+    assert len(staging) == 1, staging  # the folder it builds the snapshot in
     time.sleep(3)  # past its lease, had it not been renewed
     # A cleaner that cannot ask the blob locks: the renewed lease alone keeps the files.
     cleaner = run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir",
@@ -196,6 +199,7 @@ def test_a_node_killed_in_its_own_pid_namespace_is_reclaimed_after_its_lease(
                         env={**lease, "WLOCK_FLOCK": "off"})
     assert cleaner.code == 5  # offline, and the blobs are not in yet
     assert all((blobs / t).exists() for t in temps), "a live node's download was removed"
+    assert staging[0].is_dir(), "a live node's staging folder was removed"
     hub.process.faults()
     _, err = slow.communicate(timeout=120)
     assert slow.returncode == 0, err
@@ -207,6 +211,8 @@ def test_a_node_killed_in_its_own_pid_namespace_is_reclaimed_after_its_lease(
     temps = wait_for_temps(blobs, doomed, repo)
     doomed.send_signal(signal.SIGKILL)  # unshare --kill-child: the namespace dies with it
     doomed.communicate(timeout=60)
+    staging = list(blobs.parent.glob(".*.wlock-tmp"))
+    assert len(staging) == 1, staging
     hub.process.faults()
     others = [start_sync(hub, project, volume.nodes[n % 2] / "hf", lease) for n in range(2)]
     for proc in others:
@@ -216,6 +222,7 @@ def test_a_node_killed_in_its_own_pid_namespace_is_reclaimed_after_its_lease(
     assert run_wlock("sync", "--endpoint", hub.endpoint, "--cache-dir",
                      str(volume.nodes[1] / "hf"), cwd=project, env=lease).code == 0
     assert not [t for t in temps if (blobs / t).exists()], "a dead node's temp file stayed"
+    assert not staging[0].exists(), "a dead node's staging folder stayed"
     assert run_wlock("check", "--cache-dir", str(volume.nodes[0] / "hf"), cwd=project).code == 0
 
 
