@@ -108,14 +108,21 @@ def test_the_one_stream_is_counted_while_alone() -> None:
     assert alone_rate(one, [[(0.35, 100)]], 1000) == 0.0  # 400 of 1,000 alone: too few
 
 
-def test_loopback_keeps_todays_connections(hub: Hub, big: str, tmp_path: Path) -> None:
+def test_a_link_capped_as_a_whole_keeps_todays_connections(
+        hub: Hub, big: str, tmp_path: Path) -> None:
+    """Where the host caps all connections together, four streams bring nothing: 8 shared
+    by the files, as before. The cap (16 MB/s) is far below what one stream carries even
+    on CI's busy cores: unshaped loopback was the test once, and there, with the suite's
+    other workers on both cores, one stream truly carried 19 MB/s and four 54 (more
+    connections did help then, and the probe said so)."""
+    hub.process.faults(link={"total_mb_per_s": 16, "delay_ms": 20, "listener": "cdn"})
     hub.process.reset_stats()
     chosen = tune(hub, big, tmp_path)
     assert chosen.per_file == 2, chosen  # 8 shared by 4 files, as before
     assert "do not help" in chosen.limit
     # One single stream and four; a second single stream only where the first looked slowed
-    # (a machine busy with the suite's other worker can make loopback look so; which ratios
-    # call for it is test_when_a_second_single_stream_is_measured's).
+    # (a descheduled reader; which ratios call for it is
+    # test_when_a_second_single_stream_is_measured's).
     assert hub.process.stats()["requests"]["cdn"] in (1 + 4, 1 + 4 + 1)
 
 
